@@ -1,0 +1,91 @@
+"""Turn a PeachPy function body into a :class:`runtime.kernel.Kernel`, through the cache.
+
+A template supplies a *key* (everything that changes the code: ISA, types, tile shape,
+policy, attribute structure; never M, N, K or strides) and an *emit* callable that
+creates the PeachPy arguments and instructions. Generation runs once per key per
+process, and once per key per library version on disk (see ``jit.cache``).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from runtime.execmem import Relocation
+from runtime.kernel import Kernel
+
+
+@dataclass(frozen=True)
+class GeneratedCode:
+    """Everything needed to map a kernel again without PeachPy."""
+
+    name: str
+    isa: str
+    signature: str
+    code: bytes
+    const: bytes
+    relocations: tuple[Relocation, ...]
+    listing: str
+    meta: dict = field(default_factory=dict)
+
+
+def generate(
+    name: str,
+    isa: str,
+    signature: str,
+    arguments: Sequence,
+    emit: Callable[[], None],
+    meta: dict | None = None,
+) -> GeneratedCode:
+    """Run ``emit()`` inside a PeachPy ``Function`` targeting ``isa`` and encode it."""
+    from jit import asm
+    from jit.isa_targets import target_for
+
+    with asm.Function(name, tuple(arguments), None, target=target_for(isa)) as function:
+        emit()
+    abi_function = function.finalize(asm.abi.system_v_x86_64_abi)
+    encoded = abi_function.encode()
+    relocations = tuple(
+        Relocation(r.offset, r.program_counter, r.symbol.offset) for r in encoded.code_section.relocations
+    )
+    return GeneratedCode(
+        name=name,
+        isa=isa,
+        signature=signature,
+        code=bytes(encoded.code_section.content),
+        const=bytes(encoded.const_section.content),
+        relocations=relocations,
+        listing=abi_function.format(),
+        meta=dict(meta or {}),
+    )
+
+
+def load(generated: GeneratedCode) -> Kernel:
+    """Map generated code into W^X memory; dump it when ``INT8JIT_JIT_DUMP=1``."""
+    kernel = Kernel(
+        generated.name,
+        generated.code,
+        signature=generated.signature,
+        const=generated.const,
+        relocations=generated.relocations,
+        listing=generated.listing,
+        isa=generated.isa,
+        meta=generated.meta,
+    )
+    if os.environ.get("INT8JIT_JIT_DUMP", "") not in ("", "0"):
+        _dump(kernel)
+    return kernel
+
+
+def _dump(kernel: Kernel) -> None:
+    from jit.disasm import disassemble
+
+    folder = os.environ.get("INT8JIT_JIT_DUMP_DIR", "jit-dump")
+    os.makedirs(folder, exist_ok=True)
+    stem = os.path.join(folder, f"{kernel.name}.{kernel.isa}.{os.getpid()}.{int(time.time() * 1e6)}")
+    code = kernel.code()
+    with open(stem + ".bin", "wb") as f:
+        f.write(code)
+    with open(stem + ".s", "w") as f:
+        f.write(disassemble(code, kernel.address))

@@ -1,0 +1,39 @@
+"""The one cffi FFI object of the process (ABI mode: no C compiler at run time).
+
+Every C type that a kernel signature or an argument struct names is declared here
+through :func:`declare`, so function pointers and structs all live in one FFI.
+"""
+from __future__ import annotations
+
+import threading
+
+import cffi
+
+ffi = cffi.FFI()
+ffi.cdef(
+    """
+    void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
+    int mprotect(void *addr, size_t len, int prot);
+    int munmap(void *addr, size_t length);
+    long sysconf(int name);
+    void *memcpy(void *dest, const void *src, size_t n);
+    """
+)
+libc = ffi.dlopen(None)
+
+_declared: set[str] = set()
+_lock = threading.Lock()
+
+
+def declare(cdef: str) -> None:
+    """Declare C types once per process (re-declaring the same text is a no-op)."""
+    with _lock:
+        if cdef in _declared:
+            return
+        ffi.cdef(cdef)
+        _declared.add(cdef)
+
+
+def address_of(array) -> int:
+    """Address of a numpy array's first element (no copy, no validation)."""
+    return array.__array_interface__["data"][0]

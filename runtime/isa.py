@@ -1,0 +1,88 @@
+"""The ISA ladder and its cap.
+
+Levels, by rank (the order oneDNN's ``ONEDNN_MAX_CPU_ISA`` uses):
+``avx2`` < ``avx2_vnni`` < ``avx512_core`` < ``avx512_core_vnni``.
+Each level is the set of levels it implies: ``avx512_core_vnni`` contains
+``avx512_core`` and ``avx2`` but not ``avx2_vnni`` (an AVX512-VNNI CPU need not have
+AVX-VNNI). The effective ISA is the highest-ranked level the CPU supports whose rank
+is not above the cap; a cap above what the CPU has is no error.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+LADDER: tuple[str, ...] = ("avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni")
+IMPLIES: dict[str, frozenset[str]] = {
+    "avx2": frozenset({"avx2"}),
+    "avx2_vnni": frozenset({"avx2", "avx2_vnni"}),
+    "avx512_core": frozenset({"avx2", "avx512_core"}),
+    "avx512_core_vnni": frozenset({"avx2", "avx512_core", "avx512_core_vnni"}),
+}
+# CPU features (names of runtime.cpu) each level needs, OS state checks included there.
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "avx2": ("avx2",),
+    "avx2_vnni": ("avx2", "avx_vnni"),
+    "avx512_core": ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"),
+    "avx512_core_vnni": ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"),
+}
+ENV_CAP = "INT8JIT_MAX_ISA"
+
+_cap_override: str | None = None
+_lock = threading.Lock()
+
+
+class IsaError(ValueError):
+    """An ISA name that is not on the ladder, or no usable ISA at all."""
+
+
+def check_name(name: str, argument: str = "isa") -> str:
+    """Return the canonical ISA name or raise naming the valid ones."""
+    canon = str(name).strip().lower()
+    if canon not in LADDER:
+        raise IsaError(f"{argument}: unknown ISA {name!r}; expected one of {', '.join(LADDER)}")
+    return canon
+
+
+def rank(name: str) -> int:
+    return LADDER.index(check_name(name))
+
+
+def cpu_supports(name: str) -> bool:
+    """Whether this CPU (and OS register-state support) can execute the ISA path."""
+    from runtime.cpu import cpu_info
+
+    info = cpu_info()
+    return all(info.has(f) for f in REQUIRES[check_name(name)])
+
+
+def supported() -> tuple[str, ...]:
+    """The ladder levels this CPU can execute, lowest first."""
+    return tuple(name for name in LADDER if cpu_supports(name))
+
+
+def set_max_isa(name: str | None) -> None:
+    """Cap the ISA for this process from the API (``None`` returns to the environment)."""
+    global _cap_override
+    with _lock:
+        _cap_override = None if name is None else check_name(name, "max_isa")
+
+
+def max_isa() -> str:
+    """The cap in force: the API's, else ``INT8JIT_MAX_ISA``, else the top of the ladder."""
+    if _cap_override is not None:
+        return _cap_override
+    env = os.environ.get(ENV_CAP, "").strip()
+    return check_name(env, ENV_CAP) if env else LADDER[-1]
+
+
+def effective_isa(cap: str | None = None) -> str:
+    """Best ISA the CPU supports at or under ``cap`` (default: :func:`max_isa`)."""
+    limit = rank(cap if cap is not None else max_isa())
+    usable = [name for name in supported() if rank(name) <= limit]
+    if not usable:
+        raise IsaError(
+            f"no int8jit ISA path is usable on this CPU under the cap {LADDER[limit]!r}; "
+            f"the CPU supports {list(supported()) or 'none of ' + str(list(LADDER))}"
+        )
+    return usable[-1]
