@@ -9,7 +9,7 @@ def target_for(isa_name: str):
     from jit import asm
 
     isa_name = check_name(isa_name)
-    base = asm.uarch.default + asm.isa.avx + asm.isa.avx2 + asm.isa.fma3 + asm.isa.f16c
+    base = asm.uarch.default + asm.isa.avx + asm.isa.avx2 + asm.isa.fma3 + asm.isa.f16c + asm.isa.bmi2
     if isa_name == "avx2":
         return base
     if isa_name == "avx2_vnni":

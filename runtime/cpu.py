@@ -56,6 +56,7 @@ FEATURE_BITS: dict[str, tuple[int, int, int, int]] = {
     "avx": (1, 0, ECX, 28),
     "f16c": (1, 0, ECX, 29),
     "avx2": (7, 0, EBX, 5),
+    "bmi2": (7, 0, EBX, 8),
     "avx512f": (7, 0, EBX, 16),
     "avx512dq": (7, 0, EBX, 17),
     "avx512cd": (7, 0, EBX, 28),
@@ -73,6 +74,7 @@ NEEDS_STATE: dict[str, str | None] = {
     "sse4_1": None,
     "sse4_2": None,
     "osxsave": None,
+    "bmi2": None,
     "fma": "ymm",
     "avx": "ymm",
     "f16c": "ymm",
@@ -91,7 +93,7 @@ NEEDS_STATE: dict[str, str | None] = {
 }
 # Display order (and the order of .features / .cpu_bits).
 FEATURES: tuple[str, ...] = (
-    "sse4_1", "sse4_2", "osxsave", "avx", "avx2", "fma", "f16c", "avx_vnni",
+    "sse4_1", "sse4_2", "osxsave", "bmi2", "avx", "avx2", "fma", "f16c", "avx_vnni",
     "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx512_vnni", "avx512_bf16",
     "amx_tile", "amx_int8", "amx_bf16",
 )

@@ -20,11 +20,14 @@ IMPLIES: dict[str, frozenset[str]] = {
     "avx512_core_vnni": frozenset({"avx2", "avx512_core", "avx512_core_vnni"}),
 }
 # CPU features (names of runtime.cpu) each level needs, OS state checks included there.
+# BMI2 (SHRX, BZHI) is on every AVX2 CPU made; kernels use it for K tails.
+_AVX2 = ("avx2", "fma", "bmi2")
+_AVX512 = _AVX2 + ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 REQUIRES: dict[str, tuple[str, ...]] = {
-    "avx2": ("avx2",),
-    "avx2_vnni": ("avx2", "avx_vnni"),
-    "avx512_core": ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"),
-    "avx512_core_vnni": ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"),
+    "avx2": _AVX2,
+    "avx2_vnni": _AVX2 + ("avx_vnni",),
+    "avx512_core": _AVX512,
+    "avx512_core_vnni": _AVX512 + ("avx512_vnni",),
 }
 ENV_CAP = "INT8JIT_MAX_ISA"
 
@@ -66,6 +69,13 @@ def set_max_isa(name: str | None) -> None:
     global _cap_override
     with _lock:
         _cap_override = None if name is None else check_name(name, "max_isa")
+
+
+def cap_source() -> str:
+    """Where the cap in force comes from: ``"api"``, ``"env"`` or ``"default"``."""
+    if _cap_override is not None:
+        return "api"
+    return "env" if os.environ.get(ENV_CAP, "").strip() else "default"
 
 
 def max_isa() -> str:

@@ -189,7 +189,7 @@ def test_hand_encoded_machine_code_decodes_as_intended():
 
 # ------------------------------------------------------------------ synthetic registers
 def test_avx512_bits_without_zmm_state_are_not_usable():
-    info = CpuInfo.from_registers(encode_registers(["osxsave", "avx", "avx2", "fma", *AVX512_CORE, "avx512_vnni"]),
+    info = CpuInfo.from_registers(encode_registers(["osxsave", "avx", "avx2", "fma", "bmi2", *AVX512_CORE, "avx512_vnni"]),
                                   XCR0_YMM)
     assert info.has("avx2") and info.has("fma") and info.has("os_ymm")
     assert not info.has("os_zmm")
@@ -204,7 +204,7 @@ def test_osxsave_clear_means_no_avx_at_all():
     assert info.xcr0 is None
     assert not info.has("os_ymm") and not info.has("os_zmm") and not info.has("os_amx")
     for name in FEATURES:
-        expected = name in ("sse4_1", "sse4_2")
+        expected = name in ("sse4_1", "sse4_2", "bmi2")  # no OS state needed
         assert info.has(name) == expected, name
         assert info.cpu_bits[name] == (name != "osxsave")
 
@@ -320,7 +320,7 @@ def test_effective_isa_of_each_supported_cap_is_that_cap():
 
 def test_ladder_on_a_zen4_like_cpu(monkeypatch):
     # AVX512-VNNI without AVX-VNNI: avx2_vnni is not implied by avx512_core_vnni.
-    fake_cpu(monkeypatch, ["osxsave", "avx", "avx2", "fma", "f16c", *AVX512_CORE, "avx512_vnni", "avx512_bf16"],
+    fake_cpu(monkeypatch, ["osxsave", "avx", "avx2", "fma", "bmi2", "f16c", *AVX512_CORE, "avx512_vnni", "avx512_bf16"],
              vendor="AuthenticAMD", family=0x19, model=0x11)
     assert isa.supported() == ("avx2", "avx512_core", "avx512_core_vnni")
     assert isa.effective_isa("avx2_vnni") == "avx2"
@@ -328,7 +328,7 @@ def test_ladder_on_a_zen4_like_cpu(monkeypatch):
 
 
 def test_cap_above_the_cpu_is_no_error(monkeypatch):
-    fake_cpu(monkeypatch, ["osxsave", "avx", "avx2", "fma"])
+    fake_cpu(monkeypatch, ["osxsave", "avx", "avx2", "fma", "bmi2"])
     assert isa.effective_isa("avx512_core_vnni") == "avx2"
     monkeypatch.setenv(isa.ENV_CAP, "avx512_core_vnni")
     assert isa.effective_isa() == "avx2"
@@ -453,7 +453,7 @@ def test_tool_unknown_cap_exits_2_as_subprocess():
 
 
 def test_tool_shows_cpu_yes_os_no(capsys, monkeypatch):
-    fake_cpu(monkeypatch, ["osxsave", "avx", "avx2", "fma", *AVX512_CORE, "avx512_vnni"], xcr0=XCR0_YMM)
+    fake_cpu(monkeypatch, ["osxsave", "avx", "avx2", "fma", "bmi2", *AVX512_CORE, "avx512_vnni"], xcr0=XCR0_YMM)
     status, out, _ = run_main(capsys)
     assert status == 0
     assert re.search(r"^AVX512_VNNI\s+yes\s+ZMM no\s+no\s+CPU yes, OS no$", out, re.M)
@@ -478,7 +478,7 @@ def test_tool_peak_without_jit_peak(capsys, monkeypatch):
 
 
 def test_tool_peak_calls_measure_peak_per_supported_isa(capsys, monkeypatch):
-    fake_cpu(monkeypatch, ["osxsave", "avx", "avx2", "fma", *AVX512_CORE])
+    fake_cpu(monkeypatch, ["osxsave", "avx", "avx2", "fma", "bmi2", *AVX512_CORE])
     asked: list[str] = []
 
     def measure_peak(name: str) -> float:

@@ -1,0 +1,281 @@
+"""The int8 GEMM microkernel template: one PeachPy generator for every ISA path.
+
+A kernel computes ``C[m, n] = output_stage(sum_k A'[m, k] * B[k, n])`` for a chunk of
+rows and column tiles, with the whole loop nest inside the generated code::
+
+    for each column tile (nr vectors = nr*lanes columns, packed B of the whole K):
+        for each block of mr rows (then one block of the remaining 1..mr-1 rows):
+            acc[mr][nr] = 0
+            for each group of 4 K values:          B tile in registers, A broadcast
+                acc[i][v] += dot(A[i, k:k+4], B[k:k+4, tile v])
+            last group when K % 4 != 0:          A read as the row's last dword, shifted
+            output stage (jit.output): compensation, offsets, alpha/beta, masked store
+
+A' is A for u8 sources and A + 128 (bytes xor 0x80) for s8 sources. B is packed by
+``primitives.gemm_pack`` into the layout ``[tile][k group][vector][lane][4 bytes]``
+(``widen``: ``[tile][k group][pair][vector][lane][2 s16]``), zero padded in K and N, so B
+loads never need masks. M, N, K, leading dimensions and pointers are run-time values
+in the argument struct: one kernel serves every shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jit.dot import Path, emit_bytes, emit_ones_s16, emit_step, vector_constant, vector_register
+from jit.output import OutputContext, OutputSpec, emit_output, output_registers_needed
+
+ARGS_CDEF = """
+struct i8j_gemm_args {
+    const uint8_t *a; int64_t lda;
+    const int8_t *b; int64_t b_tile_stride;
+    int32_t *c; int64_t ldc;
+    int64_t m; int64_t n;
+    int64_t k_groups; int64_t k_tail_back; int64_t k_tail_shift;
+    const int32_t *col_comp; const int32_t *row_comp;
+    const float *col_post; const float *row_post;
+    float alpha; float beta;
+};
+"""
+SIGNATURE = "void (*)(struct i8j_gemm_args *)"
+FIELDS = (
+    "a", "lda", "b", "b_tile_stride", "c", "ldc", "m", "n", "k_groups", "k_tail_back",
+    "k_tail_shift", "col_comp", "row_comp", "col_post", "row_post", "alpha", "beta",
+)
+MAX_MR = 6  # two A/C row bases of three rows each
+
+
+@dataclass(frozen=True)
+class GemmKernelSpec:
+    """Everything that shapes the generated code (the cache key, with the version)."""
+
+    path: Path
+    mr: int
+    nr: int
+    s8_src: bool
+    output: OutputSpec
+
+    def __post_init__(self):
+        if not 1 <= self.mr <= MAX_MR:
+            raise ValueError(f"mr: expected 1..{MAX_MR}, got {self.mr}")
+        if self.nr < 1 or self.nr > 7:
+            raise ValueError(f"nr: expected 1..7, got {self.nr}")
+        if self.vector_registers_needed() > self.path.registers:
+            raise ValueError(
+                f"tile {self.mr}x{self.nr} needs {self.vector_registers_needed()} vector registers; "
+                f"{self.path.name} has {self.path.registers}"
+            )
+        spare = self.b_vectors_per_group + self._extra_registers()
+        if output_registers_needed(self.path, self.output, self.nr) > spare:
+            raise ValueError(f"tile {self.mr}x{self.nr}: the output stage needs more than the {spare} free registers")
+
+    @property
+    def tile_n(self) -> int:
+        return self.nr * self.path.lanes
+
+    @property
+    def b_vectors_per_group(self) -> int:
+        return self.nr * (2 if self.path.kind == "widen" else 1)
+
+    @property
+    def b_group_bytes(self) -> int:
+        return self.b_vectors_per_group * self.path.vector_bytes
+
+    def _extra_registers(self) -> int:
+        kind = self.path.kind
+        extra = 1 + (1 if self.s8_src else 0)  # A broadcast, xor 0x80
+        if kind == "maddubsw":
+            extra += 2  # s16 ones, product temporary
+        elif kind == "widen":
+            extra += 2  # (a0, a1) pair register, product temporary
+        return extra
+
+    def vector_registers_needed(self) -> int:
+        return self.mr * self.nr + self.b_vectors_per_group + self._extra_registers()
+
+    @property
+    def name(self) -> str:
+        src = "s8" if self.s8_src else "u8"
+        return f"gemm_{src}s8s32_{self.path.isa}_{self.path.kind}_{self.mr}x{self.nr}"
+
+
+def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = MAX_MR) -> GemmKernelSpec:
+    """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit."""
+    for rows in range(mr, 0, -1):
+        try:
+            return GemmKernelSpec(path, rows, nr, s8_src, output)
+        except ValueError:
+            continue
+    raise ValueError(f"no tile of {nr} vectors fits {path.name}")
+
+
+def args_offsets() -> dict[str, int]:
+    from runtime.ffi import declare, ffi
+
+    declare(ARGS_CDEF)
+    return {f: ffi.offsetof("struct i8j_gemm_args", f) for f in FIELDS}
+
+
+def generate(spec: GemmKernelSpec):
+    """Generate the kernel's code (slow: PeachPy); see ``jit.cache.get_kernel``."""
+    from jit import asm
+    from jit.build import generate as build
+
+    argument = asm.Argument(asm.ptr(asm.uint8_t), "args")
+    return build(spec.name, spec.path.isa, SIGNATURE, (argument,), lambda: _emit(spec, argument),
+                 meta={"spec": repr(spec), "tile": (spec.mr, spec.nr)})
+
+
+def _emit(spec: GemmKernelSpec, argument) -> None:
+    from jit import asm
+    from jit.asm import (JB, JE, JG, JMP, JZ, LABEL, LEA, MOV, SHRX, SUB, ADD, CMP, DEC, IMUL, TEST,
+                         XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12, r13,
+                         r14, r15)
+
+    path, mr, nr = spec.path, spec.mr, spec.nr
+    off = args_offsets()
+    vb = path.vector_bytes
+    V = lambda i: vector_register(path, i)  # noqa: E731
+
+    # Vector registers: accumulators first, then B, then the step's helpers.
+    acc = [[V(i * nr + v) for v in range(nr)] for i in range(mr)]
+    nxt = mr * nr
+    breg = [V(nxt + j) for j in range(spec.b_vectors_per_group)]
+    nxt += spec.b_vectors_per_group
+    areg = V(nxt); nxt += 1  # noqa: E702
+    xor80 = ones = tmp = a01 = None
+    if spec.s8_src:
+        xor80 = V(nxt); nxt += 1  # noqa: E702
+    if path.kind == "maddubsw":
+        ones, tmp = V(nxt), V(nxt + 1); nxt += 2  # noqa: E702
+    elif path.kind == "widen":
+        a01, tmp = V(nxt), V(nxt + 1); nxt += 2  # noqa: E702
+        ctrl01 = vector_constant(path, [0x80018000], "widen_pair01")
+        ctrl23 = vector_constant(path, [0x80038002], "widen_pair23")
+    vxor = asm.VPXORD if path.bits == 512 else asm.VPXOR
+    vload = asm.VMOVDQU32 if path.bits == 512 else asm.VMOVDQU
+
+    # GPRs. args: rdi. Tile loop: rsi B tile, r13 columns left, r14 tile column*4.
+    # Row loop: rax A block, r10 C block, r8 lda, r11 ldc, r12 rows left, r15 row*4.
+    # K loop: rbx B cursor, rdx/rcx A cursors of rows 0-2/3-5, r9 counter.
+    args = rdi
+    asm.LOAD.ARGUMENT(args, argument)
+    MOV(rsi, [args + off["b"]])
+    MOV(r13, [args + off["n"]])
+    XOR(r14.as_dword, r14.as_dword)
+
+    def a_row(i):
+        base = rdx if i < 3 else rcx
+        return [base, base + r8, base + r8 * 2][i % 3]
+
+    def c_row(i):
+        base = r10 if i < 3 else rcx
+        return [base + 0, base + r11 * 1, base + r11 * 2][i % 3]
+
+    def k_group(rows: int, tail: bool) -> None:
+        for j, b in enumerate(breg):
+            vload(b, [rbx + j * vb])
+        for i in range(rows):
+            if tail:  # the row's last dword, shifted so only the K % 4 valid bytes remain
+                MOV(rbp.as_dword, [a_row(i)])
+                SHRX(rbp.as_dword, rbp.as_dword, r9.as_dword)
+                asm.VMOVD(areg.as_xmm, rbp.as_dword)
+                asm.VPBROADCASTD(areg, areg.as_xmm)
+            else:
+                asm.VPBROADCASTD(areg, asm.dword[a_row(i)])
+            if xor80 is not None:
+                vxor(areg, areg, xor80)
+            if path.kind == "widen":
+                asm.VPSHUFB(a01, areg, ctrl01)
+                asm.VPSHUFB(areg, areg, ctrl23)
+                for v in range(nr):
+                    emit_step(path, acc[i][v], a01, breg[v], tmp)
+                    emit_step(path, acc[i][v], areg, breg[nr + v], tmp)
+            else:
+                for v in range(nr):
+                    emit_step(path, acc[i][v], areg, breg[v], tmp, ones)
+
+    def row_block(rows: int) -> None:
+        # Constants are set per block: the output stage reuses their registers.
+        if ones is not None:
+            emit_ones_s16(path, ones, rbp)
+        if xor80 is not None:
+            emit_bytes(path, xor80, 0x80, rbp)
+        for i in range(rows):
+            for v in range(nr):
+                vxor(acc[i][v], acc[i][v], acc[i][v])
+        MOV(rbx, rsi)
+        MOV(rdx, rax)
+        if rows > 3:
+            LEA(rcx, [r8 + r8 * 2])
+            ADD(rcx, rax)
+        k_loop, k_tail, k_done = Label(), Label(), Label()
+        MOV(r9, [args + off["k_groups"]])
+        TEST(r9, r9)
+        JZ(k_tail)
+        LABEL(k_loop)
+        k_group(rows, tail=False)
+        ADD(rbx, spec.b_group_bytes)
+        ADD(rdx, 4)
+        if rows > 3:
+            ADD(rcx, 4)
+        DEC(r9)
+        asm.JNZ(k_loop)
+        LABEL(k_tail)
+        MOV(r9, [args + off["k_tail_back"]])
+        TEST(r9, r9)
+        JZ(k_done)
+        SUB(rdx, r9)
+        if rows > 3:
+            SUB(rcx, r9)
+        MOV(r9, [args + off["k_tail_shift"]])
+        k_group(rows, tail=True)
+        LABEL(k_done)
+        if rows > 3:
+            LEA(rcx, [r11 + r11 * 2])
+            ADD(rcx, r10)
+        free = breg + [areg] + [r for r in (xor80, ones, a01, tmp) if r is not None]
+        ctx = OutputContext(path=path, spec=spec.output, args=args, offsets=off, col_bytes=r14,
+                            row_bytes=r15, n_left=r13, c_row=c_row, free_vectors=free,
+                            free_gprs=[rbp, rbx, r9, rdx])
+        emit_output(ctx, acc, rows, nr)
+
+    tile_loop, tile_next = Label(), Label()
+    LABEL(tile_loop)
+    MOV(rax, [args + off["a"]])
+    MOV(r8, [args + off["lda"]])
+    MOV(r10, [args + off["c"]])
+    ADD(r10, r14)
+    MOV(r11, [args + off["ldc"]])
+    MOV(r12, [args + off["m"]])
+    XOR(r15.as_dword, r15.as_dword)
+
+    row_loop, row_tail = Label(), Label()
+    LABEL(row_loop)
+    CMP(r12, mr)
+    JB(row_tail)
+    row_block(mr)
+    IMUL(rbp, r8, mr)
+    ADD(rax, rbp)
+    IMUL(rbp, r11, mr)
+    ADD(r10, rbp)
+    ADD(r15, 4 * mr)
+    SUB(r12, mr)
+    JMP(row_loop)
+
+    LABEL(row_tail)
+    tails = {rows: Label() for rows in range(1, mr)}
+    for rows, label in tails.items():
+        CMP(r12, rows)
+        JE(label)
+    JMP(tile_next)
+    for rows, label in tails.items():
+        LABEL(label)
+        row_block(rows)
+        JMP(tile_next)
+
+    LABEL(tile_next)
+    ADD(rsi, [args + off["b_tile_stride"]])
+    ADD(r14, spec.tile_n * 4)
+    SUB(r13, spec.tile_n)
+    JG(tile_loop)
+    asm.RETURN()
