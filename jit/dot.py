@@ -124,17 +124,17 @@ def emit_bytes(path: Path, register, byte: int, scratch_gpr) -> None:
 def vector_constant(path: Path, dwords, name: str):
     """A constant vector of the path's width from per-lane dwords (one value repeats).
 
-    Always named: an unnamed PeachPy constant walks the Python stack to find a name,
-    which costs milliseconds per constant.
+    Given a pre-name: an unnamed PeachPy constant walks the Python stack to find one,
+    which costs milliseconds per constant, and a full name may be used only once.
     """
     import struct
 
-    from jit import asm
+    from peachpy.literal import Constant
+    from peachpy.name import Name
 
     values = [struct.unpack("<I", struct.pack("<f", d))[0] if isinstance(d, float) else d & 0xFFFFFFFF for d in dwords]
     if len(values) == 1:
         values = values * path.lanes
     if len(values) != path.lanes:
         raise ValueError(f"{name}: expected 1 or {path.lanes} dwords, got {len(values)}")
-    make = asm.Constant.uint32x16 if path.bits == 512 else asm.Constant.uint32x8
-    return make(*values, name=name)
+    return Constant._uint32xN(Name(prename=name), path.lanes, *values)

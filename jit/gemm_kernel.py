@@ -64,7 +64,7 @@ class GemmKernelSpec:
                 f"tile {self.mr}x{self.nr} needs {self.vector_registers_needed()} vector registers; "
                 f"{self.path.name} has {self.path.registers}"
             )
-        spare = self.b_vectors_per_group + self._extra_registers()
+        spare = self.path.registers - self.mr * self.nr
         if output_registers_needed(self.path, self.output, self.nr) > spare:
             raise ValueError(f"tile {self.mr}x{self.nr}: the output stage needs more than the {spare} free registers")
 
@@ -165,7 +165,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
 
     def a_row(i):
         base = rdx if i < 3 else rcx
-        return [base, base + r8, base + r8 * 2][i % 3]
+        return [base + 0, base + r8 * 1, base + r8 * 2][i % 3]
 
     def c_row(i):
         base = r10 if i < 3 else rcx
@@ -233,7 +233,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         if rows > 3:
             LEA(rcx, [r11 + r11 * 2])
             ADD(rcx, r10)
-        free = breg + [areg] + [r for r in (xor80, ones, a01, tmp) if r is not None]
+        free = [V(j) for j in range(mr * nr, path.registers)]  # all but the accumulators
         ctx = OutputContext(path=path, spec=spec.output, args=args, offsets=off, col_bytes=r14,
                             row_bytes=r15, n_left=r13, c_row=c_row, free_vectors=free,
                             free_gprs=[rbp, rbx, r9, rdx])

@@ -85,6 +85,10 @@ def emit_output(ctx: OutputContext, acc, rows: int, nr: int) -> None:
         masks = [free.pop() for _ in range(nr)]
     for v in range(nr):
         iota = vector_constant(path, range(v * lanes, (v + 1) * lanes), f"col_iota{v}")
+        if wide:
+            # PeachPy encodes VPCMPGTD k, ... as k{k}: the old mask would filter the new
+            # one, so set it to all ones first.
+            asm.KXNORW(masks[v], masks[v], masks[v])
         asm.VPCMPGTD(masks[v], bcast_n, iota)
     free.append(bcast_n)
     tmp = free.pop()
@@ -105,9 +109,10 @@ def emit_output(ctx: OutputContext, acc, rows: int, nr: int) -> None:
     if spec.row_comp:
         asm.MOV(row_base, [ctx.args + ctx.offsets["row_comp"]])
     if spec.float_mode:
-        alpha, beta = free.pop(), free.pop()
+        alpha = free.pop()
         asm.VBROADCASTSS(alpha, asm.dword[ctx.args + ctx.offsets["alpha"]])
         if spec.beta:
+            beta = free.pop()
             asm.VBROADCASTSS(beta, asm.dword[ctx.args + ctx.offsets["beta"]])
         if spec.co_col:
             asm.MOV(post_col_base, [ctx.args + ctx.offsets["col_post"]])

@@ -1,0 +1,69 @@
+"""Argument validation shared by the primitives: every error names the argument."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def check_choice(name: str, value, allowed: str):
+    """One letter of ``allowed`` (case-insensitive); returns it upper-case."""
+    if not isinstance(value, str) or len(value) != 1 or value.upper() not in allowed:
+        raise ValueError(f"{name}: expected one of {', '.join(repr(c) for c in allowed)}, got {value!r}")
+    return value.upper()
+
+
+def check_dim(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_int_range(name: str, value, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise ValueError(f"{name}: expected an integer in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+def check_matrix(name: str, array, dtype, rows: int, cols: int, ld: int, *, writable: bool = False) -> None:
+    """A row-major buffer of ``rows`` rows of ``cols`` used elements, ``ld`` apart.
+
+    Accepts a 2-D array whose rows are ``ld`` elements apart (a C-contiguous array of
+    width ``ld``, or a column slice of a wider one) or a contiguous 1-D buffer.
+    """
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")
+    if array.dtype != np.dtype(dtype):
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {array.dtype.name}")
+    if ld < cols:
+        raise ValueError(f"ld{name.lower()}: leading dimension {ld} is smaller than the row length {cols}")
+    if writable and not array.flags.writeable:
+        raise ValueError(f"{name}: the array is read-only but is written to")
+    item = array.itemsize
+    if array.ndim == 2:
+        if array.strides[1] != item or (rows > 1 and array.strides[0] != ld * item):
+            raise ValueError(
+                f"{name}: rows must be contiguous and {ld} elements apart (ld{name.lower()}={ld}); "
+                f"got strides {array.strides} for itemsize {item}"
+            )
+        if array.shape[0] < rows or array.shape[1] < cols:
+            raise ValueError(f"{name}: expected at least {rows}x{cols} elements, got shape {array.shape}")
+    elif array.ndim == 1:
+        if array.strides[0] != item:
+            raise ValueError(f"{name}: a 1-D buffer must be contiguous, got stride {array.strides[0]}")
+        need = (rows - 1) * ld + cols
+        if array.size < need:
+            raise ValueError(f"{name}: buffer of {array.size} elements is smaller than the {need} that "
+                             f"{rows} rows of {cols} at ld {ld} need")
+    else:
+        raise ValueError(f"{name}: expected a 1-D or 2-D array, got {array.ndim} dimensions")
+
+
+def check_vector(name: str, array, dtype, length: int) -> np.ndarray:
+    """A 1-element-or-more vector of at least ``length`` values of ``dtype``."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")
+    if array.dtype != np.dtype(dtype):
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {array.dtype.name}")
+    flat = array.reshape(-1)
+    if flat.size < length:
+        raise ValueError(f"{name}: expected at least {length} values, got {flat.size}")
+    return flat

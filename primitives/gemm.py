@@ -1,0 +1,332 @@
+"""Int8 GEMM with oneDNN's semantics: ``C = alpha*(op(A) - ao)(op(B) - bo) + beta*C + co``.
+
+Row-major, as ``dnnl_gemm_u8s8s32`` / ``dnnl_gemm_s8s8s32``. A is u8 (or s8, shifted by
++128 with the compensation folded into the column offsets), B is s8, C is s32.
+
+Example::
+
+    >>> import numpy as np
+    >>> from primitives.gemm import gemm
+    >>> a = np.array([[255, 255, 0, 0]], np.uint8)
+    >>> b = np.array([[127], [127], [0], [0]], np.int8)
+    >>> int(gemm(a, b)[0, 0])                       # exact on every ISA path
+    64770
+    >>> int(gemm(a, b, policy="faithful", isa="avx2")[0, 0])   # what VPMADDUBSW computes
+    32767
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from jit.dot import Path, fast_path, widening_path
+from jit.output import OutputSpec
+from primitives.checks import check_choice, check_dim, check_int_range, check_matrix, check_vector
+from primitives.gemm_pack import PackedB, aligned_empty, pack_b
+from runtime import isa as isa_mod
+from jit.gemm_kernel import ARGS_CDEF
+from runtime.ffi import address_of, declare, ffi
+from runtime.threads import resolve_threads, run_chunks, split
+
+declare(ARGS_CDEF)
+POLICIES = ("exact", "faithful")
+_NR = {512: 4, 256: 2}  # vectors per tile
+_SMALL_WORK = 1 << 20  # below this many multiply-adds one thread is faster than two
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64).astype(np.uint32).view(np.int32)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The implementation decision, as impl_info reports it."""
+
+    path: Path
+    nr: int
+    reason: str
+
+
+class Gemm:
+    """A reusable int8 GEMM for one problem shape (descriptor, kernels, packed B).
+
+    Create once, execute many times. Pass ``B`` at creation when it is constant: it is
+    packed once (with its column sums and the VPMADDUBSW overflow proof); otherwise it
+    is packed at every execution.
+
+    Example::
+
+        >>> import numpy as np
+        >>> g = Gemm(2, 3, 5, B=np.ones((5, 3), np.int8))
+        >>> C = np.zeros((2, 3), np.int32)
+        >>> g.execute(np.full((2, 5), 2, np.uint8), C)
+        >>> C.tolist()
+        [[10, 10, 10], [10, 10, 10]]
+    """
+
+    def __init__(
+        self,
+        M: int,
+        N: int,
+        K: int,
+        *,
+        a_type: str = "u8",
+        transa: str = "N",
+        transb: str = "N",
+        offsetc: str = "F",
+        lda: int | None = None,
+        ldb: int | None = None,
+        ldc: int | None = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        B: np.ndarray | None = None,
+        policy: str = "exact",
+        isa: str | None = None,
+        threads: int | None = None,
+    ):
+        self.M, self.N, self.K = check_dim("M", M), check_dim("N", N), check_dim("K", K)
+        if a_type not in ("u8", "s8"):
+            raise ValueError(f"a_type: expected 'u8' or 's8', got {a_type!r}")
+        self.a_type = a_type
+        self.a_dtype = np.uint8 if a_type == "u8" else np.int8
+        self.transa = check_choice("transa", transa, "NT")
+        self.transb = check_choice("transb", transb, "NT")
+        self.offsetc = check_choice("offsetc", offsetc, "FCR")
+        self.lda = check_dim("lda", lda if lda is not None else (K if self.transa == "N" else M))
+        self.ldb = check_dim("ldb", ldb if ldb is not None else (N if self.transb == "N" else K))
+        self.ldc = check_dim("ldc", ldc if ldc is not None else N)
+        for name, ld, need in (("lda", self.lda, K if self.transa == "N" else M),
+                               ("ldb", self.ldb, N if self.transb == "N" else K), ("ldc", self.ldc, N)):
+            if ld < need:
+                raise ValueError(f"{name}: leading dimension {ld} is smaller than the row length {need}")
+        for name, value in (("alpha", alpha), ("beta", beta)):
+            if not isinstance(value, (int, float, np.floating, np.integer)) or not np.isfinite(value):
+                raise ValueError(f"{name}: expected a finite number, got {value!r}")
+        self.alpha, self.beta = float(alpha), float(beta)
+        if policy not in POLICIES:
+            raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
+        self.policy = policy
+        self.isa = isa_mod.effective_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
+        self.threads = resolve_threads(threads)
+        self.float_mode = not (self.alpha == 1.0 and self.beta in (0.0, 1.0))
+        self._kernels: dict = {}
+        self._packed: PackedB | None = None
+        self._choice: Choice | None = None
+        if B is not None:
+            self._packed, self._choice = self._pack(B)
+        self._impl_info: dict | None = None
+
+    # -- creation-time decisions -------------------------------------------------------
+    def _decide(self, packed_probe) -> Choice:
+        fast = fast_path(self.isa)
+        nr = min(_NR[fast.bits], -(-self.N // fast.lanes))
+        if fast.kind == "vnni":
+            return Choice(fast, nr, "VPDPBUSD: exact u8*s8 dot products, no intermediate saturation")
+        if self.policy == "faithful":
+            return Choice(fast, nr, "faithful: VPMADDUBSW always, saturating as the hardware and oneDNN do")
+        safe, total = packed_probe
+        if safe == total:
+            return Choice(fast, nr, f"exact: all {total} column pairs proven safe (255*(|w0|+|w1|) <= 32767), "
+                                    "fast VPMADDUBSW path")
+        return Choice(widening_path(self.isa), nr,
+                      f"exact: {safe} of {total} column pairs proven safe; the rest can saturate, "
+                      "widening VPMADDWD path")
+
+    def _pack(self, B: np.ndarray) -> tuple[PackedB, Choice]:
+        check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
+                     self.N if self.transb == "N" else self.K, self.ldb)
+        from primitives.reference import op
+
+        b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
+            else B[: self.K, : self.N]
+        from primitives.gemm_pack import saturation_proof
+
+        choice = self._decide(saturation_proof(b_kn) if self.policy == "exact" and not self.isa.endswith("vnni")
+                              else (0, 0))
+        return pack_b(b_kn, choice.path, choice.nr), choice
+
+    def _kernel(self, choice: Choice, spec: OutputSpec):
+        key = (choice.path, choice.nr, spec)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            from jit import cache
+            from jit.gemm_kernel import choose_tile, generate
+
+            kspec = choose_tile(choice.path, self.a_type == "s8", spec, choice.nr)
+            kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
+            kernel.meta["kspec"] = kspec
+            self._kernels[key] = kernel
+        return kernel
+
+    # -- execution ---------------------------------------------------------------------
+    def execute(self, A: np.ndarray, C: np.ndarray, *, B: np.ndarray | None = None, ao: int = 0, bo: int = 0,
+                co: np.ndarray | None = None) -> None:
+        """C <- alpha*(op(A) - ao)(op(B) - bo) + beta*C + co, in place."""
+        M, N, K = self.M, self.N, self.K
+        lo, hi = (0, 255) if self.a_type == "u8" else (-128, 127)
+        ao = check_int_range("ao", ao, lo, hi)
+        bo = check_int_range("bo", bo, -128, 127)
+        check_matrix("A", A, self.a_dtype, M if self.transa == "N" else K, K if self.transa == "N" else M, self.lda)
+        check_matrix("C", C, np.int32, M, N, self.ldc, writable=True)
+        co_len = {"F": 1, "C": N, "R": M}[self.offsetc]
+        co_flat = np.zeros(co_len, np.int32) if co is None else check_vector("co", co, np.int32, co_len)
+        if B is not None:
+            packed, choice = self._pack(B)
+        elif self._packed is not None:
+            packed, choice = self._packed, self._choice
+        else:
+            raise ValueError("B: this Gemm was created without a constant B; pass B= to execute")
+
+        # A as the kernel reads it: row-major M x K, rows lda bytes apart, K >= 4.
+        a, lda = A, self.lda
+        if self.transa == "T":
+            from primitives.reference import op
+
+            a, lda = np.ascontiguousarray(op(A, "T", M, K, self.lda)), K
+        if K < 4:
+            from primitives.reference import op
+
+            padded = np.zeros((M, 4), self.a_dtype)
+            padded[:, :K] = op(a, "N", M, K, lda)
+            a, lda = padded, 4
+
+        # Compensation: sum (a' - ao')(b - bo) = raw - bo*rowsum(a') - ao'*colsum(b) + K*ao'*bo
+        ao_eff = ao + (128 if self.a_type == "s8" else 0)
+        col = -ao_eff * packed.colsum + K * ao_eff * bo
+        row = None
+        if bo != 0:
+            from primitives.reference import op
+
+            rows = op(a, "N", M, K, lda).astype(np.int64).sum(axis=1)
+            row = -bo * (rows + (128 * K if self.a_type == "s8" else 0))
+        col_post = row_post = None
+        if not self.float_mode:
+            if self.offsetc == "R":
+                row = (row if row is not None else 0) + co_flat[:M].astype(np.int64)
+            else:
+                col[:N] += co_flat[:N] if self.offsetc == "C" else co_flat[0]
+        elif self.offsetc == "R":
+            row_post = co_flat[:M].astype(np.float32)
+        else:
+            col_post = np.zeros(packed.tiles * packed.tile_n, np.float32)
+            col_post[:N] = co_flat[:N] if self.offsetc == "C" else co_flat[0]
+        col32 = _wrap32(col)
+        row32 = None if row is None else _wrap32(np.broadcast_to(row, (M,)))
+
+        spec = OutputSpec(row_comp=row32 is not None, float_mode=self.float_mode, beta=self.beta != 0.0,
+                          co_col=col_post is not None, co_row=row_post is not None)
+        kernel = self._kernel(choice, spec)
+        self._run(kernel, choice, packed, a, lda, C, col32, row32, col_post, row_post)
+
+    def _run(self, kernel, choice, packed, a, lda, C, col32, row32, col_post, row_post) -> None:
+        M, K = self.M, self.K
+        kspec = kernel.meta["kspec"]
+        work = M * self.N * K
+        threads = 1 if work < _SMALL_WORK else self.threads
+        keep = [a, C, col32, row32, col_post, row_post, packed.data]  # alive during the calls
+        base = dict(
+            a=address_of(a), b=address_of(packed.data), c=address_of(C),
+            col=address_of(col32), row=address_of(row32) if row32 is not None else 0,
+            col_post=address_of(col_post) if col_post is not None else 0,
+            row_post=address_of(row_post) if row_post is not None else 0,
+        )
+        k_groups, rem = (K // 4, K % 4) if K >= 4 else (1, 0)
+        tiles = packed.tiles
+        if tiles >= threads or M < 2 * kspec.mr:
+            chunks = [("n", b, e) for b, e in split(tiles, threads)]
+        else:
+            chunks = [("m", b, e) for b, e in split(M, threads, kspec.mr)]
+        structs = []
+        for axis, begin, end in chunks:
+            s = ffi.new("struct i8j_gemm_args *")
+            s.lda, s.ldc, s.b_tile_stride = lda, self.ldc * 4, packed.tile_stride
+            s.k_groups, s.k_tail_back = k_groups, (4 - rem) if rem else 0
+            s.k_tail_shift = (4 - rem) * 8 if rem else 0
+            s.alpha, s.beta = self.alpha, self.beta
+            if axis == "n":
+                c0 = begin * packed.tile_n
+                s.a, s.m = ffi.cast("uint8_t *", base["a"]), M
+                s.b = ffi.cast("int8_t *", base["b"] + begin * packed.tile_stride)
+                s.c = ffi.cast("int32_t *", base["c"] + 4 * c0)
+                s.n = min(self.N, end * packed.tile_n) - c0
+                s.col_comp = ffi.cast("int32_t *", base["col"] + 4 * c0)
+                s.row_comp = ffi.cast("int32_t *", base["row"])
+                s.col_post = ffi.cast("float *", base["col_post"] + 4 * c0 if base["col_post"] else 0)
+                s.row_post = ffi.cast("float *", base["row_post"])
+            else:
+                s.a = ffi.cast("uint8_t *", base["a"] + begin * lda)
+                s.m = end - begin
+                s.b = ffi.cast("int8_t *", base["b"])
+                s.c = ffi.cast("int32_t *", base["c"] + 4 * begin * self.ldc)
+                s.n = self.N
+                s.col_comp = ffi.cast("int32_t *", base["col"])
+                s.row_comp = ffi.cast("int32_t *", base["row"] + 4 * begin if base["row"] else 0)
+                s.col_post = ffi.cast("float *", base["col_post"])
+                s.row_post = ffi.cast("float *", base["row_post"] + 4 * begin if base["row_post"] else 0)
+            structs.append(s)
+        fn = kernel.function
+        run_chunks(fn, structs)
+        del keep
+
+    def impl_info(self) -> dict:
+        """Which ISA path, kernel, blocking and policy decision this GEMM uses."""
+        choice = self._choice or self._decide((0, 0))
+        info = {
+            "primitive": "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32",
+            "isa": self.isa, "path": choice.path.kind, "policy": self.policy,
+            "exact": choice.path.exact, "decision": choice.reason,
+            "tile_n": choice.nr * choice.path.lanes, "threads": self.threads,
+            "shape": (self.M, self.N, self.K),
+        }
+        if self._packed is not None:
+            info["safe_pairs"] = self._packed.safe_pairs
+            info["total_pairs"] = self._packed.total_pairs
+        kernels = [k.meta.get("kspec") for k in self._kernels.values()]
+        if kernels:
+            info["kernels"] = [k.name for k in kernels]
+            info["tile"] = (kernels[0].mr, kernels[0].nr)
+        return info
+
+
+def _gemm_call(a_type, transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co,
+               policy, isa, threads):
+    g = Gemm(M, N, K, a_type=a_type, transa=transa, transb=transb, offsetc=offsetc, lda=lda, ldb=ldb, ldc=ldc,
+             alpha=alpha, beta=beta, policy=policy, isa=isa, threads=threads)
+    g.execute(A, C, B=B, ao=ao, bo=bo, co=co)
+    return g
+
+
+def gemm_u8s8s32(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co, *,
+                 policy: str = "exact", isa: str | None = None, threads: int | None = None) -> None:
+    """oneDNN's ``dnnl_gemm_u8s8s32`` on numpy arrays (C is updated in place)."""
+    _gemm_call("u8", transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co,
+               policy, isa, threads)
+
+
+def gemm_s8s8s32(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co, *,
+                 policy: str = "exact", isa: str | None = None, threads: int | None = None) -> None:
+    """oneDNN's ``dnnl_gemm_s8s8s32`` on numpy arrays (C is updated in place)."""
+    _gemm_call("s8", transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co,
+               policy, isa, threads)
+
+
+def gemm(A: np.ndarray, B: np.ndarray, *, ao: int = 0, bo: int = 0, policy: str = "exact", isa: str | None = None,
+         threads: int | None = None) -> np.ndarray:
+    """numpy-style ``(A - ao) @ (B - bo)`` in int32 for u8/s8 ``A`` (M x K) and s8 ``B`` (K x N)."""
+    if not isinstance(A, np.ndarray) or A.ndim != 2:
+        raise ValueError(f"A: expected a 2-D numpy array, got {getattr(A, 'shape', type(A).__name__)}")
+    if not isinstance(B, np.ndarray) or B.ndim != 2:
+        raise ValueError(f"B: expected a 2-D numpy array, got {getattr(B, 'shape', type(B).__name__)}")
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(f"B: expected {A.shape[1]} rows to match A's {A.shape[1]} columns, got shape {B.shape}")
+    if A.dtype not in (np.uint8, np.int8):
+        raise TypeError(f"A: expected dtype uint8 or int8, got {A.dtype.name}")
+    M, K = A.shape
+    N = B.shape[1]
+    A = np.ascontiguousarray(A)
+    B = np.ascontiguousarray(B)
+    C = np.zeros((M, N), np.int32)
+    g = Gemm(M, N, K, a_type="u8" if A.dtype == np.uint8 else "s8", B=B, policy=policy, isa=isa, threads=threads)
+    g.execute(A, C, ao=ao, bo=bo)
+    return C

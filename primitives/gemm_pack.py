@@ -1,0 +1,83 @@
+"""Packing of B (weights) for the GEMM microkernel, and what is computed with it.
+
+The kernel reads B as tiles of ``nr`` vectors of ``lanes`` columns, with each column's
+K values in groups of four consecutive bytes (``[tile][k group][vector][lane][4]``), or,
+for the exact widening path, as s16 pairs (``[tile][k group][pair][vector][lane][2]``).
+Packing pads N to whole tiles and K to whole groups with zeros, so the kernel never
+needs a mask to read B, and it yields the column sums the compensation needs and the
+overflow proof of the VPMADDUBSW path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from jit.dot import Path
+
+ALIGN = 64
+
+
+def aligned_empty(nbytes: int, dtype=np.uint8) -> np.ndarray:
+    """A zeroed 1-D array whose data starts on a 64-byte boundary."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.zeros(nbytes + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + nbytes].view(dtype)
+
+
+@dataclass(frozen=True)
+class PackedB:
+    """B in the kernel's layout plus what was learned while packing it."""
+
+    data: np.ndarray  # aligned bytes
+    n: int
+    k: int
+    tile_n: int
+    tiles: int
+    tile_stride: int  # bytes per tile
+    colsum: np.ndarray  # int64, per column (length tiles * tile_n, zero padded)
+    safe_pairs: int  # (column, k pair) pairs proven not to saturate VPMADDUBSW
+    total_pairs: int
+
+    @property
+    def all_safe(self) -> bool:
+        return self.safe_pairs == self.total_pairs
+
+
+def saturation_proof(b_kn: np.ndarray) -> tuple[int, int]:
+    """How many (column, k pair) pairs satisfy ``255 * (|w0| + |w1|) <= 32767``.
+
+    A pair that does can never saturate VPMADDUBSW's s16 sum, whatever the u8 source;
+    pairs are k = 2j, 2j+1 as the kernels form them.
+    """
+    k, n = b_kn.shape
+    w = np.abs(b_kn.astype(np.int32))
+    if k % 2:
+        w = np.vstack([w, np.zeros((1, n), np.int32)])
+    pair = w[0::2] + w[1::2]
+    return int(np.count_nonzero(255 * pair <= 32767)), int(pair.size)
+
+
+def pack_b(b_kn: np.ndarray, path: Path, nr: int) -> PackedB:
+    """Pack the logical K x N s8 matrix ``b_kn`` for ``path`` with tiles of ``nr`` vectors."""
+    k, n = b_kn.shape
+    lanes = path.lanes
+    tile_n = nr * lanes
+    tiles = -(-n // tile_n)
+    groups = -(-k // 4)
+    padded = np.zeros((tiles * tile_n, groups * 4), np.int8)
+    padded[:n, :k] = b_kn.T
+    if path.kind == "widen":
+        # [tile][v][lane][group][pair][2] -> [tile][group][pair][v][lane][2], as s16
+        blocks = padded.astype(np.int16).reshape(tiles, nr, lanes, groups, 2, 2).transpose(0, 3, 4, 1, 2, 5)
+    else:
+        # [tile][v][lane][group][4] -> [tile][group][v][lane][4]
+        blocks = padded.reshape(tiles, nr, lanes, groups, 4).transpose(0, 3, 1, 2, 4)
+    flat = np.ascontiguousarray(blocks).reshape(-1).view(np.uint8)
+    data = aligned_empty(flat.nbytes)
+    data[:] = flat
+    colsum = np.zeros(tiles * tile_n, np.int64)
+    colsum[:n] = b_kn.astype(np.int64).sum(axis=0)
+    safe, total = saturation_proof(b_kn)
+    return PackedB(data, n, k, tile_n, tiles, flat.nbytes // tiles, colsum, safe, total)

@@ -1,0 +1,114 @@
+"""numpy models of what each kernel path must compute, bit for bit.
+
+These are the specifications the tests hold the generated code to:
+
+- :func:`gemm_exact` is the mathematical int32 result of oneDNN's GEMM semantics,
+  ``C = alpha * (op(A) - ao)(op(B) - bo) + beta * C + co``.
+- :func:`dot_u8s8_maddubsw` models VPMADDUBSW + VPMADDWD: products of each pair of
+  consecutive K values (k even, k+1) are added into s16 WITH saturation before the
+  pairs are added in s32, exactly as the hardware pairs bytes in the packed layout.
+- :func:`output_stage` models ``jit.output``'s operations in their order, in f32.
+
+Example::
+
+    >>> import numpy as np
+    >>> a = np.array([[255, 255, 0, 0]], np.uint8); b = np.array([[127], [127], [0], [0]], np.int8)
+    >>> int(dot_u8s8_exact(a, b)[0, 0]), int(dot_u8s8_maddubsw(a, b)[0, 0])
+    (64770, 32767)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+INT32_UPPER_F32 = np.float32(2147483520.0)
+INT32_LOWER_F32 = np.float32(-2147483648.0)
+
+
+def wrap_int32(x: np.ndarray) -> np.ndarray:
+    """Two's-complement wrap of an integer array to int32."""
+    return np.asarray(x, dtype=np.int64).astype(np.uint32).astype(np.int32) if np.asarray(x).size else np.asarray(x, np.int32)
+
+
+def shift_s8(a: np.ndarray) -> np.ndarray:
+    """s8 -> u8 by +128 (the byte xor 0x80 the kernels apply to s8 sources)."""
+    return (a.astype(np.int16) + 128).astype(np.uint8)
+
+
+def dot_u8s8_exact(a_u8: np.ndarray, b_s8: np.ndarray) -> np.ndarray:
+    """sum_k a[m,k] * b[k,n] in int64 (VPDPBUSD and the widening path compute this)."""
+    return a_u8.astype(np.int64) @ b_s8.astype(np.int64)
+
+
+def dot_u8s8_maddubsw(a_u8: np.ndarray, b_s8: np.ndarray) -> np.ndarray:
+    """VPMADDUBSW pairing: s16-saturated sums of the products of k = 2j and 2j+1."""
+    m, k = a_u8.shape
+    n = b_s8.shape[1]
+    kp = (k + 1) // 2 * 2
+    a = np.zeros((m, kp), np.int64)
+    b = np.zeros((kp, n), np.int64)
+    a[:, :k] = a_u8
+    b[:k] = b_s8
+    total = np.zeros((m, n), np.int64)
+    for j in range(0, kp, 2):
+        pair = np.outer(a[:, j], b[j]) + np.outer(a[:, j + 1], b[j + 1])
+        total += np.clip(pair, -32768, 32767)
+    return total
+
+
+def op(x: np.ndarray, trans: str, rows: int, cols: int, ld: int) -> np.ndarray:
+    """The logical rows x cols matrix of a row-major buffer with leading dimension ld."""
+    flat = np.ravel(x)
+    if trans.upper() == "N":
+        idx = np.arange(rows)[:, None] * ld + np.arange(cols)[None, :]
+    else:
+        idx = np.arange(cols)[None, :] * ld + np.arange(rows)[:, None]
+    return flat[idx]
+
+
+def gemm_sum(a: np.ndarray, b: np.ndarray, ao: int, bo: int, faithful: bool) -> np.ndarray:
+    """sum_k (a - ao)(b - bo) as the kernels compute it (int64, before wrapping).
+
+    ``a`` is u8 or s8 (s8 is shifted by +128 and ao with it), ``b`` s8. With
+    ``faithful`` the raw product goes through the saturating VPMADDUBSW pairing.
+    """
+    if a.dtype == np.int8:
+        a, ao = shift_s8(a), ao + 128
+    k = a.shape[1]
+    raw = dot_u8s8_maddubsw(a, b) if faithful else dot_u8s8_exact(a, b)
+    rowsum = a.astype(np.int64).sum(axis=1)[:, None]
+    colsum = b.astype(np.int64).sum(axis=0)[None, :]
+    return raw - bo * rowsum - ao * colsum + k * ao * bo
+
+
+def output_stage(v: np.ndarray, c_old: np.ndarray, alpha: float, beta: float, co: np.ndarray | None, offsetc: str) -> np.ndarray:
+    """C from the wrapped int32 sum ``v`` exactly as jit.output computes it."""
+    m, n = v.shape
+    co_full = np.zeros((m, n), np.int64)
+    if co is not None:
+        co = np.asarray(co, np.int64).ravel()
+        co_full = {"F": lambda: np.full((m, n), co[0]), "C": lambda: np.broadcast_to(co[None, :n], (m, n)),
+                   "R": lambda: np.broadcast_to(co[:m, None], (m, n))}[offsetc.upper()]().astype(np.int64)
+    if alpha == 1.0 and beta in (0.0, 1.0):
+        total = v.astype(np.int64) + co_full
+        if beta == 1.0:
+            total += c_old.astype(np.int64)
+        return wrap_int32(total)
+    f = wrap_int32(v).astype(np.float32) * np.float32(alpha)
+    if beta != 0.0:
+        f = f + c_old.astype(np.float32) * np.float32(beta)
+    if co is not None:
+        f = f + co_full.astype(np.int32).astype(np.float32)
+    f = np.minimum(np.maximum(f, INT32_LOWER_F32), INT32_UPPER_F32)
+    return np.rint(f).astype(np.int32)
+
+
+def gemm(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co, *, faithful=False):
+    """Model of ``gemm_u8s8s32``/``gemm_s8s8s32`` (A's dtype decides); returns the new C (M x N).
+
+    ``faithful=True`` models the VPMADDUBSW paths under the faithful policy.
+    """
+    a = op(A, transa, M, K, lda)
+    b = op(B, transb, K, N, ldb)
+    c_old = op(C, "N", M, N, ldc) if beta != 0.0 else np.zeros((M, N), np.int32)
+    v = wrap_int32(gemm_sum(a, b, int(ao), int(bo), faithful))
+    return output_stage(v, c_old, alpha, beta, co, offsetc)
