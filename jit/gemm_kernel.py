@@ -26,13 +26,13 @@ from jit.output import OutputContext, OutputSpec, emit_output, output_registers_
 
 ARGS_CDEF = """
 struct i8j_gemm_args {
-    const uint8_t *a; int64_t lda;
-    const int8_t *b; int64_t b_tile_stride;
-    int32_t *c; int64_t ldc;
+    void *a; int64_t lda;                 /* u8 or s8, rows lda bytes apart */
+    void *b; int64_t b_tile_stride;       /* packed s8 (or s16) tiles */
+    void *c; int64_t ldc;                 /* s32, rows ldc bytes apart */
     int64_t m; int64_t n;
     int64_t k_groups; int64_t k_tail_back; int64_t k_tail_shift;
-    const int32_t *col_comp; const int32_t *row_comp;
-    const float *col_post; const float *row_post;
+    void *col_comp; void *row_comp;       /* s32 per column / per row */
+    void *col_post; void *row_post;       /* f32 per column / per row */
     float alpha; float beta;
 };
 """

@@ -26,7 +26,7 @@ from primitives.checks import check_choice, check_dim, check_int_range, check_ma
 from primitives.gemm_pack import PackedB, aligned_empty, pack_b
 from runtime import isa as isa_mod
 from jit.gemm_kernel import ARGS_CDEF
-from runtime.ffi import address_of, declare, ffi
+from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
 
 declare(ARGS_CDEF)
@@ -37,6 +37,25 @@ _SMALL_WORK = 1 << 20  # below this many multiply-adds one thread is faster than
 
 def _wrap32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64).astype(np.uint32).view(np.int32)
+
+
+@dataclass(frozen=True)
+class _Comps:
+    key: tuple
+    kernel: object
+    col32: np.ndarray
+    row32: np.ndarray | None
+    col_post: np.ndarray | None
+    row_post: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    key: tuple
+    kernel: object
+    structs: list
+    chunks: list
+    keep: tuple
 
 
 @dataclass(frozen=True)
@@ -115,7 +134,8 @@ class Gemm:
         self._choice: Choice | None = None
         if B is not None:
             self._packed, self._choice = self._pack(B)
-        self._impl_info: dict | None = None
+        self._comps_cache: _Comps | None = None
+        self._plan_cache: _Plan | None = None
 
     # -- creation-time decisions -------------------------------------------------------
     def _decide(self, packed_probe) -> Choice:
@@ -169,8 +189,8 @@ class Gemm:
         bo = check_int_range("bo", bo, -128, 127)
         check_matrix("A", A, self.a_dtype, M if self.transa == "N" else K, K if self.transa == "N" else M, self.lda)
         check_matrix("C", C, np.int32, M, N, self.ldc, writable=True)
-        co_len = {"F": 1, "C": N, "R": M}[self.offsetc]
-        co_flat = np.zeros(co_len, np.int32) if co is None else check_vector("co", co, np.int32, co_len)
+        if co is not None:
+            co = check_vector("co", co, np.int32, {"F": 1, "C": N, "R": M}[self.offsetc])
         if B is not None:
             packed, choice = self._pack(B)
         elif self._packed is not None:
@@ -191,7 +211,28 @@ class Gemm:
             padded[:, :K] = op(a, "N", M, K, lda)
             a, lda = padded, 4
 
-        # Compensation: sum (a' - ao')(b - bo) = raw - bo*rowsum(a') - ao'*colsum(b) + K*ao'*bo
+        comps = self._compensation(packed, choice, a, lda, ao, bo, co)
+        plan = self._plan(comps, packed, lda)
+        a_ptr, c_ptr = pointer_to(a), pointer_to(C)
+        for s, a_off, c_off in plan.chunks:
+            s.a = a_ptr + a_off
+            s.c = c_ptr + c_off
+        run_chunks(plan.kernel.function, plan.structs)
+
+    def _compensation(self, packed: PackedB, choice: Choice, a, lda, ao: int, bo: int, co) -> "_Comps":
+        """Offsets folded into the output stage, and the kernel that applies them.
+
+        sum (a' - ao')(b - bo) = raw - bo*rowsum(a') - ao'*colsum(b) + K*ao'*bo, where a' is
+        A shifted to u8 (+128 for s8) and ao' = ao (+128). Cached while ao, co and B stay
+        the same and bo == 0 (a row term depends on A's values).
+        """
+        key = (id(packed), ao, bo, None if co is None else co.tobytes())
+        cached = self._comps_cache
+        if cached is not None and cached.key == key and bo == 0:
+            return cached
+        M, N, K = self.M, self.N, self.K
+        co_len = {"F": 1, "C": N, "R": M}[self.offsetc]
+        co_flat = np.zeros(co_len, np.int32) if co is None else co.reshape(-1)
         ao_eff = ao + (128 if self.a_type == "s8" else 0)
         col = -ao_eff * packed.colsum + K * ao_eff * bo
         row = None
@@ -201,73 +242,68 @@ class Gemm:
             rows = op(a, "N", M, K, lda).astype(np.int64).sum(axis=1)
             row = -bo * (rows + (128 * K if self.a_type == "s8" else 0))
         col_post = row_post = None
-        if not self.float_mode:
+        if not self.float_mode:  # integer mode: co is one more int32 offset
             if self.offsetc == "R":
                 row = (row if row is not None else 0) + co_flat[:M].astype(np.int64)
             else:
                 col[:N] += co_flat[:N] if self.offsetc == "C" else co_flat[0]
         elif self.offsetc == "R":
-            row_post = co_flat[:M].astype(np.float32)
+            row_post = np.ascontiguousarray(co_flat[:M], np.float32)
         else:
             col_post = np.zeros(packed.tiles * packed.tile_n, np.float32)
             col_post[:N] = co_flat[:N] if self.offsetc == "C" else co_flat[0]
         col32 = _wrap32(col)
         row32 = None if row is None else _wrap32(np.broadcast_to(row, (M,)))
-
         spec = OutputSpec(row_comp=row32 is not None, float_mode=self.float_mode, beta=self.beta != 0.0,
                           co_col=col_post is not None, co_row=row_post is not None)
-        kernel = self._kernel(choice, spec)
-        self._run(kernel, choice, packed, a, lda, C, col32, row32, col_post, row_post)
+        comps = _Comps(key, self._kernel(choice, spec), col32, row32, col_post, row_post)
+        self._comps_cache = comps
+        return comps
 
-    def _run(self, kernel, choice, packed, a, lda, C, col32, row32, col_post, row_post) -> None:
-        M, K = self.M, self.K
-        kspec = kernel.meta["kspec"]
-        work = M * self.N * K
-        threads = 1 if work < _SMALL_WORK else self.threads
-        keep = [a, C, col32, row32, col_post, row_post, packed.data]  # alive during the calls
-        base = dict(
-            a=address_of(a), b=address_of(packed.data), c=address_of(C),
-            col=address_of(col32), row=address_of(row32) if row32 is not None else 0,
-            col_post=address_of(col_post) if col_post is not None else 0,
-            row_post=address_of(row_post) if row_post is not None else 0,
-        )
+    def _plan(self, comps: "_Comps", packed: PackedB, lda: int) -> "_Plan":
+        """Per-thread argument structs; only A and C pointers change between calls."""
+        key = (id(comps), id(packed), lda)
+        plan = self._plan_cache
+        if plan is not None and plan.key == key:
+            return plan
+        M, N, K = self.M, self.N, self.K
+        kspec = comps.kernel.meta["kspec"]
+        threads = 1 if M * N * K < _SMALL_WORK else self.threads
         k_groups, rem = (K // 4, K % 4) if K >= 4 else (1, 0)
-        tiles = packed.tiles
-        if tiles >= threads or M < 2 * kspec.mr:
-            chunks = [("n", b, e) for b, e in split(tiles, threads)]
+        null = ffi.NULL
+
+        def at(array, offset_bytes):
+            return null if array is None else pointer_to(array) + offset_bytes
+
+        if packed.tiles >= threads or M < 2 * kspec.mr:
+            chunks = [("n", b, e) for b, e in split(packed.tiles, threads)]
         else:
             chunks = [("m", b, e) for b, e in split(M, threads, kspec.mr)]
-        structs = []
+        structs, offsets = [], []
         for axis, begin, end in chunks:
             s = ffi.new("struct i8j_gemm_args *")
             s.lda, s.ldc, s.b_tile_stride = lda, self.ldc * 4, packed.tile_stride
             s.k_groups, s.k_tail_back = k_groups, (4 - rem) if rem else 0
             s.k_tail_shift = (4 - rem) * 8 if rem else 0
             s.alpha, s.beta = self.alpha, self.beta
-            if axis == "n":
+            if axis == "n":  # a range of column tiles, all rows
                 c0 = begin * packed.tile_n
-                s.a, s.m = ffi.cast("uint8_t *", base["a"]), M
-                s.b = ffi.cast("int8_t *", base["b"] + begin * packed.tile_stride)
-                s.c = ffi.cast("int32_t *", base["c"] + 4 * c0)
-                s.n = min(self.N, end * packed.tile_n) - c0
-                s.col_comp = ffi.cast("int32_t *", base["col"] + 4 * c0)
-                s.row_comp = ffi.cast("int32_t *", base["row"])
-                s.col_post = ffi.cast("float *", base["col_post"] + 4 * c0 if base["col_post"] else 0)
-                s.row_post = ffi.cast("float *", base["row_post"])
-            else:
-                s.a = ffi.cast("uint8_t *", base["a"] + begin * lda)
-                s.m = end - begin
-                s.b = ffi.cast("int8_t *", base["b"])
-                s.c = ffi.cast("int32_t *", base["c"] + 4 * begin * self.ldc)
-                s.n = self.N
-                s.col_comp = ffi.cast("int32_t *", base["col"])
-                s.row_comp = ffi.cast("int32_t *", base["row"] + 4 * begin if base["row"] else 0)
-                s.col_post = ffi.cast("float *", base["col_post"])
-                s.row_post = ffi.cast("float *", base["row_post"] + 4 * begin if base["row_post"] else 0)
+                s.m, s.n = M, min(N, end * packed.tile_n) - c0
+                s.b = at(packed.data, begin * packed.tile_stride)
+                s.col_comp, s.col_post = at(comps.col32, 4 * c0), at(comps.col_post, 4 * c0)
+                s.row_comp, s.row_post = at(comps.row32, 0), at(comps.row_post, 0)
+                offsets.append((0, 4 * c0))
+            else:  # a range of rows, all column tiles
+                s.m, s.n = end - begin, N
+                s.b = at(packed.data, 0)
+                s.col_comp, s.col_post = at(comps.col32, 0), at(comps.col_post, 0)
+                s.row_comp, s.row_post = at(comps.row32, 4 * begin), at(comps.row_post, 4 * begin)
+                offsets.append((begin * lda, 4 * begin * self.ldc))
             structs.append(s)
-        fn = kernel.function
-        run_chunks(fn, structs)
-        del keep
+        # The structs hold raw addresses: keep comps and packed B alive with the plan.
+        plan = _Plan(key, comps.kernel, structs, [(s, a, c) for s, (a, c) in zip(structs, offsets)], (comps, packed))
+        self._plan_cache = plan
+        return plan
 
     def impl_info(self) -> dict:
         """Which ISA path, kernel, blocking and policy decision this GEMM uses."""

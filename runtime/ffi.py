@@ -37,3 +37,15 @@ def declare(cdef: str) -> None:
 def address_of(array) -> int:
     """Address of a numpy array's first element (no copy, no validation)."""
     return array.__array_interface__["data"][0]
+
+
+def pointer_to(array):
+    """A ``void *``-compatible cdata for a numpy array's first element (no copy).
+
+    ``ffi.from_buffer`` is the fast route for contiguous arrays (about 1 us); arrays
+    with gaps between rows go through the array interface.
+    """
+    try:
+        return ffi.from_buffer(array)
+    except (TypeError, BufferError, ValueError):
+        return ffi.cast("char *", array.__array_interface__["data"][0])
