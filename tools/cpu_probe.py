@@ -73,11 +73,8 @@ def primitive_kernels(isa: str | None) -> dict[str, dict[str, str | None]]:
 def _cap_source(cli_cap: str | None) -> str:
     if cli_cap is not None:
         return "--max-isa"
-    if getattr(isa_mod, "_cap_override", None) is not None:
-        return "set_max_isa()"
-    if os.environ.get(isa_mod.ENV_CAP, "").strip():
-        return isa_mod.ENV_CAP
-    return "default (top of the ladder)"
+    return {"api": "set_max_isa()", "env": isa_mod.ENV_CAP, "default": "default (top of the ladder)"}[
+        isa_mod.cap_source()]
 
 
 def _feature_rows(info: CpuInfo) -> list[dict[str, Any]]:
