@@ -1,0 +1,224 @@
+"""``dump-asm``: disassemble the bytes a kernel has in executable memory, per ISA path.
+
+The bytes are read back from the W^X mapping (``Kernel.code()``, constant references
+resolved) and decoded by iced-x86, not taken from PeachPy's own listing, so what is
+printed is what the CPU executes. One line per instruction: offset, encoding (hex
+bytes), instruction in Intel (default) or AT&T syntax.
+
+Kernels (``--list``)::
+
+    demo   the demo's 4-element dot product   [--kind vnni|maddubsw|widen] [--a-type u8|s8]
+    peak   the register-only peak loop        [--kind vnni|maddubsw|widen]
+    gemm   the GEMM microkernel(s) for a shape --m M --n N --k K [--policy exact|faithful]
+           [--a-type u8|s8] (random B with seed 0: on non-VNNI ISAs the exact policy
+           then usually picks the widening path, since random weights can saturate)
+
+A path the CPU lacks is generated and disassembled all the same (mapping code needs no
+CPU support); it is never executed. Examples::
+
+    $ dump-asm demo --isa avx2
+    $ dump-asm peak --isa avx512_core_vnni --syntax att -o peak.s --bin peak.bin
+    $ dump-asm gemm --m 64 --n 64 --k 64 --isa avx2 --policy faithful
+
+Exit status 0, or 2 for a usage error (unknown kernel, unknown ISA, bad option), with a
+one-line message on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+PROG = "dump-asm"
+KERNELS = {
+    "demo": "the demo's 4-element u8/s8 dot product through one path's step (jit.demo_kernel)",
+    "peak": "the register-only peak loop of one path (jit.peak)",
+    "gemm": "the GEMM microkernel(s) for --m/--n/--k (primitives.gemm, jit.gemm_kernel)",
+}
+
+
+class UsageError(Exception):
+    """A bad command line: reported in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from runtime.isa import LADDER
+
+    p = _Parser(prog=PROG, description="Disassemble int8jit kernels as they sit in executable memory.")
+    p.add_argument("kernel", nargs="?", help=f"kernel name: {', '.join(KERNELS)}")
+    p.add_argument("--list", action="store_true", help="list the kernel names and exit")
+    p.add_argument("--isa", default=None, help=f"ISA path: one of {', '.join(LADDER)} (default: the effective ISA)")
+    p.add_argument("--kind", default=None, choices=("vnni", "maddubsw", "widen"),
+                   help="dot-product step for demo/peak (default: the ISA's fast path)")
+    p.add_argument("--a-type", default="u8", choices=("u8", "s8"), help="source type for demo/gemm")
+    p.add_argument("--m", type=int, default=None, help="gemm: rows of A and C")
+    p.add_argument("--n", type=int, default=None, help="gemm: columns of B and C")
+    p.add_argument("--k", type=int, default=None, help="gemm: reduction length")
+    p.add_argument("--policy", default="exact", choices=("exact", "faithful"), help="gemm: overflow policy")
+    p.add_argument("--syntax", default="intel", choices=("intel", "att"), help="assembly syntax")
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write the listing to FILE")
+    p.add_argument("--bin", metavar="FILE", default=None,
+                   help="also write the raw code bytes to FILE (several kernels: FILE, FILE.1, ...)")
+    return p
+
+
+def _isa(name: str | None) -> str:
+    from runtime import isa as isa_mod
+
+    if name is None:
+        return isa_mod.effective_isa()
+    return isa_mod.check_name(name, "--isa")
+
+
+def _demo(args, isa: str):
+    from jit.demo_kernel import demo_kernel, demo_path, instruction_sequence
+
+    path = demo_path(isa, args.kind)
+    kernel = demo_kernel(isa, args.kind, s8_src=args.a_type == "s8")
+    header = [f"demo kernel {kernel.name}: {args.a_type}/s8 4-element dot product, path {path.name}",
+              f"step: {instruction_sequence(path)}"]
+    return header, [kernel]
+
+
+def _peak(args, isa: str):
+    from jit.peak import ops_per_iteration, peak_kernel, peak_path
+
+    path = peak_path(isa, args.kind)
+    kernel = peak_kernel(isa, args.kind)
+    header = [f"peak loop {kernel.name}: path {path.name}, {kernel.meta.get('chains')} chains x "
+              f"{kernel.meta.get('unroll')} steps, {ops_per_iteration(path)} int8 ops per iteration"]
+    return header, [kernel]
+
+
+def _gemm(args, isa: str):
+    import numpy as np
+
+    from runtime.isa import cpu_supports
+
+    for name in ("m", "n", "k"):
+        value = getattr(args, name)
+        if value is None:
+            raise UsageError(f"gemm needs --{name}")
+        if value < 1:
+            raise UsageError(f"--{name}: expected a positive integer, got {value}")
+    M, N, K = args.m, args.n, args.k
+    rng = np.random.default_rng(0)
+    b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
+    if cpu_supports(isa):
+        from primitives.gemm import Gemm
+
+        dtype = np.uint8 if args.a_type == "u8" else np.int8
+        a = rng.integers(np.iinfo(dtype).min, int(np.iinfo(dtype).max) + 1, size=(M, K), dtype=dtype)
+        g = Gemm(M, N, K, a_type=args.a_type, B=b, policy=args.policy, isa=isa)
+        g.execute(a, np.zeros((M, N), np.int32))
+        info = g.impl_info()
+        kernels = list(g._kernels.values())
+        header = ["impl_info:"] + [f"  {key}: {value}" for key, value in info.items()]
+        return header, kernels
+    return _gemm_generated(args, isa, b)
+
+
+def _gemm_generated(args, isa: str, b):
+    """Generate (not execute) the kernel the Gemm primitive would pick on ``isa``.
+
+    The primitive refuses an ISA the CPU lacks, so its decision is repeated here: the
+    fast path, except the widening path for policy exact on a non-VNNI level when the
+    weights can saturate VPMADDUBSW.
+    """
+    from jit import cache
+    from jit.dot import fast_path, widening_path
+    from jit.gemm_kernel import choose_tile, generate
+    from jit.output import OutputSpec
+    from primitives.gemm import _NR
+    from primitives.gemm_pack import saturation_proof
+    from runtime.cpu import cpu_info
+    from runtime.isa import REQUIRES
+
+    lacks = [f.upper() for f in REQUIRES[isa] if not cpu_info().has(f)]
+    fast = fast_path(isa)
+    N = args.n
+    nr = min(_NR[fast.bits], -(-N // fast.lanes))
+    path, reason = fast, "fast path"
+    if fast.kind == "maddubsw" and args.policy == "exact":
+        safe, total = saturation_proof(b)
+        if safe != total:
+            path, reason = widening_path(isa), f"exact: {safe} of {total} column pairs proven safe; widening path"
+        else:
+            reason = f"exact: all {total} column pairs proven safe; fast path"
+    elif fast.kind == "maddubsw":
+        reason = "faithful: VPMADDUBSW always"
+    kspec = choose_tile(path, args.a_type == "s8", OutputSpec(), nr)
+    kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
+    header = [
+        f"not executable on this CPU (lacks {', '.join(lacks)}): "
+        "generated and disassembled only",
+        f"gemm_{args.a_type}s8s32 {args.m}x{args.n}x{args.k} isa {isa} policy {args.policy}: {path.kind} ({reason})",
+        f"kernel {kspec.name}: tile {kspec.mr}x{kspec.nr}",
+    ]
+    return header, [kernel]
+
+
+def render(kernels, header: Sequence[str], syntax: str = "intel") -> str:
+    """The listing: a comment header, then per kernel its name, size and instructions."""
+    from jit.disasm import disassemble
+
+    comment = "#" if syntax == "att" else ";"
+    lines = [f"{comment} {line}" for line in header]
+    for kernel in kernels:
+        code = kernel.code()
+        lines.append(f"{comment} {kernel.name} [{kernel.isa}] {len(code)} bytes at {kernel.address:#x}, "
+                     f"signature {kernel.signature}")
+        lines.append(disassemble(code, kernel.address, syntax))
+    return "\n".join(lines) + "\n"
+
+
+def run(argv: Sequence[str] | None = None, out=None) -> int:
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    if args.list:
+        for name, what in KERNELS.items():
+            print(f"{name:<6} {what}", file=out)
+        return 0
+    if args.kernel is None:
+        raise UsageError(f"name a kernel ({', '.join(KERNELS)}) or use --list")
+    if args.kernel not in KERNELS:
+        raise UsageError(f"unknown kernel {args.kernel!r}; expected one of {', '.join(KERNELS)}")
+    isa = _isa(args.isa)
+    header, kernels = {"demo": _demo, "peak": _peak, "gemm": _gemm}[args.kernel](args, isa)
+    text = render(kernels, header, args.syntax)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    else:
+        out.write(text)
+    if args.bin:
+        for i, kernel in enumerate(kernels):
+            with open(args.bin if i == 0 else f"{args.bin}.{i}", "wb") as f:
+                f.write(kernel.code())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``dump-asm``; returns the exit status."""
+    from runtime.isa import IsaError
+
+    try:
+        return run(argv)
+    except (UsageError, IsaError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # e.g. --kind widen on a VNNI level
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
