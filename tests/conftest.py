@@ -1,0 +1,128 @@
+"""Shared fixtures: the ISA paths to run on, and buffers placed against a guard page.
+
+* ``isa_path`` (fixture, parametrised over ``runtime.isa.LADDER``): the name of an ISA
+  path this CPU can execute; the others are skipped with a reason that names the CPU
+  feature the path needs and the CPU lacks ("CPU lacks AVX-VNNI").
+* :func:`executable_isas` / :func:`skip_reason` for tests that parametrise themselves.
+* :class:`GuardedBuffer` and the ``guarded`` fixture: numpy arrays whose last byte sits
+  right before a PROT_NONE page (``where="end"``) or whose first byte sits right after
+  one (``where="start"``), so that any access outside the array faults (SIGSEGV).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime import isa as isa_mod
+from runtime.ffi import ffi, libc
+
+ALL_ISAS = isa_mod.LADDER
+
+# What each ladder level needs beyond the one below, in words for skip reasons.
+_FEATURE_WORDS = {
+    "avx2": "AVX2", "fma": "FMA", "bmi2": "BMI2", "avx_vnni": "AVX-VNNI",
+    "avx512f": "AVX512F", "avx512bw": "AVX512BW", "avx512vl": "AVX512VL", "avx512dq": "AVX512DQ",
+    "avx512_vnni": "AVX512-VNNI",
+}
+
+
+def skip_reason(isa: str) -> str | None:
+    """None when the CPU executes ``isa``, else why not ("CPU lacks AVX-VNNI")."""
+    if isa_mod.cpu_supports(isa):
+        return None
+    from runtime.cpu import cpu_info
+
+    info = cpu_info()
+    missing = [_FEATURE_WORDS.get(f, f.upper()) for f in isa_mod.REQUIRES[isa] if not info.has(f)]
+    return f"CPU lacks {', '.join(missing) or 'a feature'} (needed by the {isa} path)"
+
+
+def executable_isas() -> tuple[str, ...]:
+    return tuple(name for name in ALL_ISAS if isa_mod.cpu_supports(name))
+
+
+def isa_params():
+    """pytest params over every ladder level, skipped where the CPU lacks the path."""
+    out = []
+    for name in ALL_ISAS:
+        why = skip_reason(name)
+        marks = [pytest.mark.skip(reason=why)] if why else []
+        out.append(pytest.param(name, id=name, marks=marks))
+    return out
+
+
+@pytest.fixture(params=isa_params())
+def isa_path(request) -> str:
+    """An ISA path this CPU can execute (every ladder level, skipped where it cannot)."""
+    return request.param
+
+
+def faithful_model(policy: str, isa: str) -> bool:
+    """Whether the reference must model the saturating VPMADDUBSW pairing."""
+    return policy == "faithful" and not isa.endswith("vnni")
+
+
+# ------------------------------------------------------------------ guard pages
+
+PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
+MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
+_SC_PAGESIZE = 30
+
+
+def page_size() -> int:
+    return int(libc.sysconf(_SC_PAGESIZE))
+
+
+class GuardedBuffer:
+    """An array of ``count`` elements of ``dtype`` touching a PROT_NONE page.
+
+    ``where="end"``: the array's last byte is the byte before the guard page.
+    ``where="start"``: the array's first byte is the first byte after the guard page.
+    Keep this object alive while the array is used; :meth:`close` unmaps it.
+    """
+
+    def __init__(self, count: int, dtype, where: str = "end"):
+        if where not in ("end", "start"):
+            raise ValueError(f"where: expected 'end' or 'start', got {where!r}")
+        dtype = np.dtype(dtype)
+        size = count * dtype.itemsize
+        page = page_size()
+        data_pages = -(-max(size, 1) // page)
+        self.length = (data_pages + 1) * page
+        ptr = libc.mmap(ffi.NULL, self.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if ptr == ffi.cast("void *", -1):
+            raise OSError("mmap failed")
+        self.base = ptr
+        base = int(ffi.cast("uintptr_t", ptr))
+        if where == "end":
+            guard = base + data_pages * page
+            start = guard - size
+        else:
+            guard = base
+            start = base + page
+        if libc.mprotect(ffi.cast("void *", guard), page, PROT_NONE) != 0:
+            libc.munmap(ptr, self.length)
+            raise OSError("mprotect failed")
+        self.array = np.frombuffer(ffi.buffer(ffi.cast("char *", start), size), dtype)
+        self.guard = guard
+
+    def close(self) -> None:
+        if self.base is not None:
+            self.array = None
+            libc.munmap(self.base, self.length)
+            self.base = None
+
+
+@pytest.fixture
+def guarded():
+    """Factory: ``guarded(count, dtype, where)`` -> array against a guard page."""
+    made: list[GuardedBuffer] = []
+
+    def make(count: int, dtype, where: str = "end") -> np.ndarray:
+        buf = GuardedBuffer(count, dtype, where)
+        made.append(buf)
+        return buf.array
+
+    yield make
+    for buf in made:
+        buf.close()

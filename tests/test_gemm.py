@@ -1,0 +1,559 @@
+"""Correctness of the int8 GEMM (primitives.gemm) on every executable ISA path.
+
+Every result is compared BIT-EXACT with the numpy model ``primitives.reference.gemm``
+(``faithful=True`` only for the faithful policy on a VPMADDUBSW path), and the elements
+of C outside the M x N window (ldc padding) must come back unchanged.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from primitives import reference
+from primitives.gemm import Gemm, gemm, gemm_s8s8s32, gemm_u8s8s32
+from runtime import isa as isa_mod
+from tests.conftest import executable_isas, faithful_model, isa_params
+
+REPO = Path(__file__).resolve().parent.parent
+POLICIES = ("exact", "faithful")
+SENTINEL = np.int32(-0x5A5A5A5B)
+
+SEED_U8 = np.array([[255, 255, 0, 0]], np.uint8)
+SEED_S8 = np.array([[127, 127, 0, 0]], np.int8)
+SEED_B = np.array([[127], [127], [0], [0]], np.int8)
+
+
+# ------------------------------------------------------------------ helpers
+
+def make_data(rng, kind, a_type, rows_a, cols_a, rows_b, cols_b):
+    """(A, B) stored arrays (logical data only, no padding) of the given kind."""
+    a_dt = np.uint8 if a_type == "u8" else np.int8
+    lo, hi = (0, 256) if a_type == "u8" else (-128, 128)
+    if kind == "random":
+        A = rng.integers(lo, hi, (rows_a, cols_a), dtype=a_dt)
+        B = rng.integers(-128, 128, (rows_b, cols_b), dtype=np.int8)
+    elif kind == "saturating":
+        A = np.full((rows_a, cols_a), hi - 1, a_dt)
+        B = rng.choice(np.array([127, -128, 127, -127], np.int8), (rows_b, cols_b))
+        if rng.integers(2):
+            B[:] = B.flat[0]
+    elif kind == "safe":
+        A = rng.integers(lo, hi, (rows_a, cols_a), dtype=a_dt)
+        B = rng.integers(-64, 65, (rows_b, cols_b), dtype=np.int8)
+    else:
+        raise AssertionError(kind)
+    return A, B
+
+
+def padded(x, ld, fill=0):
+    """``x`` (rows x cols) stored in a rows x ld buffer (padding ``fill``)."""
+    out = np.full((x.shape[0], ld), fill, x.dtype)
+    out[:, : x.shape[1]] = x
+    return out
+
+
+def run_and_check(*, isa, policy, a_type="u8", transa="N", transb="N", offsetc="F", M, N, K,
+                  lda_pad=0, ldb_pad=0, ldc_pad=0, alpha=1.0, beta=0.0, ao=0, bo=0, kind="random",
+                  seed=0, api="function", threads=None, with_co=True):
+    """Run one GEMM through ``api`` and assert it equals the model bit for bit."""
+    rng = np.random.default_rng(seed)
+    a_rows, a_cols = (M, K) if transa == "N" else (K, M)
+    b_rows, b_cols = (K, N) if transb == "N" else (N, K)
+    A0, B0 = make_data(rng, kind, a_type, a_rows, a_cols, b_rows, b_cols)
+    lda, ldb, ldc = a_cols + lda_pad, b_cols + ldb_pad, N + ldc_pad
+    A = padded(A0, lda, fill=rng.integers(0, 100))
+    B = padded(B0, ldb, fill=rng.integers(-100, 100))
+    C = rng.integers(-2**31, 2**31, (M, ldc), dtype=np.int64).astype(np.int32)
+    C[:, N:] = SENTINEL
+    co_len = {"F": 1, "C": N, "R": M}[offsetc]
+    co = rng.integers(-2**20, 2**20, co_len, dtype=np.int64).astype(np.int32) if with_co else None
+    C_before, A_before, B_before = C.copy(), A.copy(), B.copy()
+    want = reference.gemm(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta,
+                          C_before, ldc, co, faithful=faithful_model(policy, isa))
+    info = None
+    if api == "function":
+        fn = gemm_u8s8s32 if a_type == "u8" else gemm_s8s8s32
+        co_arg = co if co is not None else np.zeros(co_len, np.int32)
+        fn(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co_arg,
+           policy=policy, isa=isa, threads=threads)
+    else:
+        g = Gemm(M, N, K, a_type=a_type, transa=transa, transb=transb, offsetc=offsetc, lda=lda, ldb=ldb,
+                 ldc=ldc, alpha=alpha, beta=beta, policy=policy, isa=isa, threads=threads,
+                 B=B if api == "create" else None)
+        g.execute(A, C, B=B if api == "execute" else None, ao=ao, bo=bo, co=co)
+        info = g.impl_info()
+    got = C[:, :N]
+    if not np.array_equal(got, want):
+        bad = np.argwhere(got != want)
+        i, j = bad[0]
+        raise AssertionError(
+            f"{len(bad)} of {M * N} elements differ on {isa}/{policy} (M={M} N={N} K={K}); "
+            f"first at ({i}, {j}): got {got[i, j]}, want {want[i, j]}")
+    assert np.all(C[:, N:] == SENTINEL), "C's ldc padding was written"
+    assert np.array_equal(A, A_before) and np.array_equal(B, B_before), "A or B was modified"
+    return C, want, info
+
+
+# ------------------------------------------------------------------ the seeds' examples
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_seed_examples(isa_path, policy):
+    """u8/s8 {255,255,0,0}x{127,..}: 64770; s8/s8 {127,127,0,0}x{127,..}: 32258.
+
+    Faithful on the VPMADDUBSW paths: 32767 and 255, as the seeds compute them.
+    """
+    saturating = faithful_model(policy, isa_path)
+    want_u8, want_s8 = (32767, 255) if saturating else (64770, 32258)
+    assert int(gemm(SEED_U8, SEED_B, policy=policy, isa=isa_path)[0, 0]) == want_u8
+    assert int(gemm(SEED_S8, SEED_B, policy=policy, isa=isa_path)[0, 0]) == want_s8
+    # and through oneDNN's argument list
+    C = np.zeros((1, 1), np.int32)
+    co = np.zeros(1, np.int32)
+    gemm_u8s8s32("N", "N", "F", 1, 1, 4, 1.0, SEED_U8, 4, 0, SEED_B, 1, 0, 0.0, C, 1, co,
+                 policy=policy, isa=isa_path)
+    assert int(C[0, 0]) == want_u8
+    gemm_s8s8s32("N", "N", "F", 1, 1, 4, 1.0, SEED_S8, 4, 0, SEED_B, 1, 0, 0.0, C, 1, co,
+                  policy=policy, isa=isa_path)
+    assert int(C[0, 0]) == want_s8
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_seed_examples_tiled(isa_path, policy):
+    """The seed rows repeated over a whole matrix (every element saturates on faithful)."""
+    A = np.tile(SEED_U8, (37, 9))
+    B = np.tile(SEED_B, (9, 45))
+    saturating = faithful_model(policy, isa_path)
+    assert np.all(gemm(A, B, policy=policy, isa=isa_path) == (32767 if saturating else 64770) * 9)
+    As = np.tile(SEED_S8, (37, 9))
+    assert np.all(gemm(As, B, policy=policy, isa=isa_path) == (255 if saturating else 32258) * 9)
+
+
+# ------------------------------------------------------------------ properties
+
+small_biased = st.one_of(st.integers(1, 8), st.integers(1, 40), st.integers(1, 300))
+ALPHA_BETA = [(1.0, 0.0), (1.0, 1.0), (0.5, 0.0), (-1.5, 1.0), (2.0, 0.5), (1.0, -1.0)]
+
+
+@st.composite
+def gemm_cases(draw):
+    case = dict(
+        a_type=draw(st.sampled_from(["u8", "s8"])),
+        transa=draw(st.sampled_from("NT")), transb=draw(st.sampled_from("NT")),
+        offsetc=draw(st.sampled_from("FCR")),
+        M=draw(small_biased), N=draw(small_biased), K=draw(small_biased),
+        lda_pad=draw(st.sampled_from([0, 0, 1, 3, 64])), ldb_pad=draw(st.sampled_from([0, 0, 1, 5])),
+        ldc_pad=draw(st.sampled_from([0, 0, 1, 17])),
+        kind=draw(st.sampled_from(["random", "random", "saturating", "safe"])),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        api=draw(st.sampled_from(["function", "create", "execute"])),
+        with_co=draw(st.booleans()),
+    )
+    case["alpha"], case["beta"] = draw(st.sampled_from(ALPHA_BETA))
+    lo, hi = (0, 255) if case["a_type"] == "u8" else (-128, 127)
+    case["ao"] = draw(st.one_of(st.just(0), st.integers(lo, hi)))
+    case["bo"] = draw(st.one_of(st.just(0), st.integers(-128, 127)))
+    return case
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "30")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=gemm_cases())
+def test_property_matches_model(isa_path, policy, case):
+    """Any shape, transposes, leading dims, offsets, alpha/beta, data: equals the model."""
+    _, _, info = run_and_check(isa=isa_path, policy=policy, **case)
+    if info is not None:
+        check_decision(info, isa_path, policy, case["kind"] == "safe")
+
+
+def check_decision(info, isa, policy, safe_weights):
+    assert info["isa"] == isa and info["policy"] == policy
+    if isa.endswith("vnni"):
+        assert info["path"] == "vnni"
+    elif policy == "faithful":
+        assert info["path"] == "maddubsw"
+    elif safe_weights:
+        # |w| <= 64: 255 * (|w0| + |w1|) <= 32640, every pair proven safe -> fast path
+        assert info["safe_pairs"] == info["total_pairs"]
+        assert info["path"] == "maddubsw", info["decision"]
+    else:
+        want = "maddubsw" if info["safe_pairs"] == info["total_pairs"] else "widen"
+        assert info["path"] == want, info["decision"]
+    if info["path"] != "maddubsw":
+        assert info["exact"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("a_type", ["u8", "s8"])
+@pytest.mark.parametrize("kind", ["random", "saturating", "safe"])
+def test_data_kinds_every_path(isa_path, policy, a_type, kind):
+    """Each data kind at a fixed odd shape with offsets (a deterministic floor under hypothesis)."""
+    _, _, info = run_and_check(isa=isa_path, policy=policy, a_type=a_type, M=45, N=77, K=131, ao=3, bo=-5,
+                               offsetc="C", lda_pad=3, ldc_pad=5, kind=kind, seed=11, api="create")
+    check_decision(info, isa_path, policy, kind == "safe")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("M,N,K,a_type,transa,transb", [
+    (512, 512, 512, "u8", "N", "N"),
+    (1000, 37, 1111, "s8", "T", "N"),
+    (64, 1000, 333, "u8", "N", "T"),
+])
+def test_large(isa_path, policy, M, N, K, a_type, transa, transb):
+    run_and_check(isa=isa_path, policy=policy, a_type=a_type, transa=transa, transb=transb, M=M, N=N, K=K,
+                  ao=7 if a_type == "u8" else -7, bo=3, offsetc="R", beta=1.0, seed=M + N + K)
+
+
+def test_large_saturating_faithful_512(isa_path):
+    """A all 255, B all 127: every element of 512x512x512 saturates on VPMADDUBSW."""
+    C, want, _ = run_and_check(isa=isa_path, policy="faithful", M=512, N=512, K=512, kind="saturating",
+                               seed=1, with_co=False)
+    if not isa_path.endswith("vnni"):
+        exact = reference.gemm("N", "N", "F", 512, 512, 512, 1.0, np.full((512, 512), 255, np.uint8), 512, 0,
+                               np.full((512, 512), 127, np.int8), 512, 0, 0.0, None, 512, None)
+        assert exact[0, 0] == 255 * 127 * 512
+
+
+# ------------------------------------------------------------------ tails, edges, threads
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("a_type", ["u8", "s8"])
+@pytest.mark.parametrize("M,N,K", [
+    (1, 1, 1), (1, 1, 2), (1, 1, 3), (3, 5, 1), (2, 7, 2), (5, 3, 3), (1, 100, 4), (100, 1, 5),
+    (1, 1, 7), (17, 1, 9), (1, 33, 10), (9, 65, 13), (33, 129, 258), (1, 300, 299), (300, 1, 301),
+])
+def test_edges(isa_path, policy, a_type, M, N, K):
+    """K = 1, 2, 3 and K not a multiple of 4 or 2; M = 1; N = 1; tails in every dimension."""
+    for kind in ("random", "saturating"):
+        run_and_check(isa=isa_path, policy=policy, a_type=a_type, M=M, N=N, K=K, kind=kind, seed=M * N + K,
+                      ao=1 if a_type == "u8" else -1, bo=2, offsetc="F")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("M,N,K,offsetc,bo", [
+    (1024, 16, 128, "R", 3),     # one N tile: the M split
+    (1000, 7, 200, "C", 0),      # N narrower than a vector, M split with a tail row block
+    (64, 1000, 64, "C", -2),     # many N tiles: the N split
+    (37, 2000, 100, "R", 5),
+])
+def test_threads_agree(isa_path, policy, M, N, K, offsetc, bo):
+    """threads=1 and threads=2 give the same (correct) result on M- and N-split chunks."""
+    assert M * N * K >= 1 << 20  # large enough to be split
+    results = []
+    for threads in (1, 2):
+        C, _, _ = run_and_check(isa=isa_path, policy=policy, a_type="s8", M=M, N=N, K=K, offsetc=offsetc,
+                                bo=bo, ao=-3, ldc_pad=3, seed=5, threads=threads)
+        results.append(C)
+    assert np.array_equal(results[0], results[1])
+    for alpha, beta in ((0.5, 1.0),):
+        for threads in (1, 2):
+            run_and_check(isa=isa_path, policy=policy, M=M, N=N, K=K, offsetc=offsetc, alpha=alpha, beta=beta,
+                          bo=bo, seed=6, threads=threads, api="create")
+
+
+# ------------------------------------------------------------------ the reusable primitive
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_gemm_reuse(isa_path, policy):
+    """One Gemm executed twice with different A / ao / co; B at creation or at execution."""
+    M, N, K = 29, 71, 45
+    rng = np.random.default_rng(3)
+    B = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    faithful = faithful_model(policy, isa_path)
+    g = Gemm(M, N, K, offsetc="C", B=B, policy=policy, isa=isa_path)
+    g_late = Gemm(M, N, K, offsetc="C", policy=policy, isa=isa_path)
+    for ao in (0, 200, 17):
+        A = rng.integers(0, 256, (M, K), dtype=np.uint8)
+        co = rng.integers(-1000, 1000, N, dtype=np.int32)
+        want = reference.gemm("N", "N", "C", M, N, K, 1.0, A, K, ao, B, N, 0, 0.0, None, N, co, faithful=faithful)
+        C = np.full((M, N), 99, np.int32)
+        g.execute(A, C, ao=ao, co=co)
+        assert np.array_equal(C, want)
+        C2 = np.full((M, N), -99, np.int32)
+        g_late.execute(A, C2, B=B, ao=ao, co=co)
+        assert np.array_equal(C2, want)
+    # the late-B primitive takes another B at each execution
+    B2 = rng.integers(-64, 65, (K, N), dtype=np.int8)
+    A = rng.integers(0, 256, (M, K), dtype=np.uint8)
+    C = np.zeros((M, N), np.int32)
+    g_late.execute(A, C, B=B2, bo=-4)
+    assert np.array_equal(C, reference.gemm("N", "N", "C", M, N, K, 1.0, A, K, 0, B2, N, -4, 0.0, None, N, None,
+                                            faithful=faithful))
+    # a primitive created without B must be given one
+    with pytest.raises(ValueError, match="B"):
+        Gemm(M, N, K, isa=isa_path).execute(A, C)
+
+
+def test_impl_info(isa_path):
+    K, N, M = 64, 48, 8
+    rng = np.random.default_rng(4)
+    B_full = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    B_safe = rng.integers(-64, 65, (K, N), dtype=np.int8)
+    vnni = isa_path.endswith("vnni")
+    for policy, B, want_path in (("exact", B_full, "vnni" if vnni else "widen"),
+                                 ("exact", B_safe, "vnni" if vnni else "maddubsw"),
+                                 ("faithful", B_full, "vnni" if vnni else "maddubsw")):
+        g = Gemm(M, N, K, a_type="s8", B=B, policy=policy, isa=isa_path)
+        C = np.zeros((M, N), np.int32)
+        g.execute(rng.integers(-128, 128, (M, K), dtype=np.int8), C)
+        info = g.impl_info()
+        assert info["primitive"] == "gemm_s8s8s32"
+        assert info["isa"] == isa_path
+        assert info["path"] == want_path
+        assert info["policy"] == policy
+        assert info["exact"] == (want_path != "maddubsw")  # whether the path itself is exact
+        assert isinstance(info["decision"], str) and info["decision"]
+        assert info["kernels"] and all(isa_path in name for name in info["kernels"])
+        assert info["total_pairs"] == N * K // 2
+        if B is B_safe:
+            assert info["safe_pairs"] == info["total_pairs"]
+        else:
+            assert info["safe_pairs"] < info["total_pairs"]
+        if policy == "exact" and not vnni:
+            assert str(info["safe_pairs"]) in info["decision"]
+
+
+def test_isa_cap_above_cpu_is_no_error():
+    """isa= names the cap; the effective ISA is the best the CPU has under it."""
+    g = Gemm(2, 2, 4, B=np.ones((4, 2), np.int8), isa="avx512_core_vnni")
+    assert g.impl_info()["isa"] == isa_mod.effective_isa("avx512_core_vnni")
+
+
+# ------------------------------------------------------------------ guard pages
+
+GUARD_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from primitives import reference
+    from primitives.gemm import gemm_s8s8s32, gemm_u8s8s32
+    from tests.conftest import GuardedBuffer, faithful_model
+
+    isa = sys.argv[1]
+    rng = np.random.default_rng(0)
+    checked = 0
+    for where in ("end", "start"):
+        for (M, N, K, transa, transb, offsetc, lda_pad, ldc_pad, a_type, beta) in [
+            (7, 13, 5, "N", "N", "F", 0, 0, "u8", 0.0),
+            (19, 37, 6, "N", "T", "C", 3, 1, "s8", 1.0),
+            (33, 65, 7, "T", "N", "R", 1, 2, "u8", 0.5),
+            (1, 1, 1, "N", "N", "F", 0, 0, "s8", 1.0),
+            (3, 5, 3, "N", "N", "C", 2, 0, "u8", 0.0),
+            (5, 31, 2, "T", "T", "R", 0, 3, "s8", 0.0),
+            (67, 17, 129, "N", "N", "F", 0, 0, "u8", 1.0),
+            (11, 97, 130, "N", "N", "R", 5, 0, "s8", 0.0),
+            (1, 129, 131, "N", "T", "C", 0, 7, "u8", 1.0),
+            (130, 3, 257, "T", "N", "F", 2, 0, "s8", 0.0),
+        ]:
+            for policy in ("exact", "faithful"):
+                a_dt = np.uint8 if a_type == "u8" else np.int8
+                ar, ac = (M, K) if transa == "N" else (K, M)
+                br, bc = (K, N) if transb == "N" else (N, K)
+                lda, ldb, ldc = ac + lda_pad, bc, N + ldc_pad
+                bufs = [GuardedBuffer((ar - 1) * lda + ac, a_dt, where),
+                        GuardedBuffer(br * ldb, np.int8, where),
+                        GuardedBuffer((M - 1) * ldc + N, np.int32, where),
+                        GuardedBuffer({"F": 1, "C": N, "R": M}[offsetc], np.int32, where)]
+                A, B, C, co = (b.array for b in bufs)
+                lo, hi = (0, 256) if a_type == "u8" else (-128, 128)
+                A[:] = rng.integers(lo, hi, A.size).astype(a_dt)
+                B[:] = rng.integers(-128, 128, B.size).astype(np.int8)
+                C[:] = rng.integers(-1000, 1000, C.size).astype(np.int32)
+                co[:] = rng.integers(-1000, 1000, co.size).astype(np.int32)
+                ao = int(rng.integers(lo, hi)); bo = int(rng.integers(-128, 128))
+                c_old = C.copy()
+                want = reference.gemm(transa, transb, offsetc, M, N, K, 1.0, A, lda, ao, B, ldb, bo, beta,
+                                      c_old, ldc, co, faithful=faithful_model(policy, isa))
+                fn = gemm_u8s8s32 if a_type == "u8" else gemm_s8s8s32
+                fn(transa, transb, offsetc, M, N, K, 1.0, A, lda, ao, B, ldb, bo, beta, C, ldc, co,
+                   policy=policy, isa=isa)
+                got = reference.op(C, "N", M, N, ldc)
+                pad = np.ones(C.size, bool)
+                pad[(np.arange(M)[:, None] * ldc + np.arange(N)[None, :]).ravel()] = False
+                if not np.array_equal(got, want) or not np.array_equal(C[pad], c_old[pad]):
+                    print("MISMATCH", where, M, N, K, transa, transb, offsetc, a_type, policy, flush=True)
+                    sys.exit(3)
+                checked += 1
+                for b in bufs:
+                    b.close()
+    print("GUARD-OK", checked, flush=True)
+""")
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_guard_pages(isa):
+    """A, B, C and co against a PROT_NONE page (after their end, before their start).
+
+    An out-of-bounds read or write would kill the child with SIGSEGV.
+    """
+    proc = subprocess.run([sys.executable, "-c", GUARD_SCRIPT, isa], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, (
+        f"child exited with {proc.returncode} (negative: killed by that signal, -11 is SIGSEGV)\n"
+        f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    assert "GUARD-OK 40" in proc.stdout
+
+
+def test_guard_fixture_faults(guarded):
+    """The guard page itself works: touching the byte past the end kills a child."""
+    a = guarded(10, np.int32, "end")
+    a[:] = 7
+    assert a.sum() == 70
+    b = guarded(10, np.uint8, "start")
+    b[:] = 1
+    script = textwrap.dedent("""
+        import numpy as np
+        from runtime.ffi import ffi
+        from tests.conftest import GuardedBuffer
+        g = GuardedBuffer(16, np.uint8, "end")
+        p = ffi.cast("unsigned char *", g.array.__array_interface__["data"][0])
+        print(p[15], flush=True)
+        print(p[16], flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == -11, (proc.returncode, proc.stdout, proc.stderr)
+
+
+# ------------------------------------------------------------------ bad input
+
+def _args(**over):
+    """oneDNN's argument list for a valid 4x5x6 u8s8 GEMM, with overrides."""
+    M, N, K = 4, 5, 6
+    a = dict(transa="N", transb="N", offsetc="F", M=M, N=N, K=K, alpha=1.0,
+             A=np.zeros((M, K), np.uint8), lda=K, ao=0, B=np.zeros((K, N), np.int8), ldb=N, bo=0,
+             beta=0.0, C=np.zeros((M, N), np.int32), ldc=N, co=np.zeros(1, np.int32))
+    a.update(over)
+    return a
+
+
+def _call(fn=gemm_u8s8s32, **over):
+    a = _args(**{k: v for k, v in over.items() if k not in ("policy", "isa", "threads")})
+    kw = {k: over[k] for k in ("policy", "isa", "threads") if k in over}
+    order = ["transa", "transb", "offsetc", "M", "N", "K", "alpha", "A", "lda", "ao", "B", "ldb", "bo", "beta",
+             "C", "ldc", "co"]
+    fn(*[a[k] for k in order], **kw)
+
+
+@pytest.mark.parametrize("over,exc,match", [
+    (dict(A=np.zeros((4, 6), np.float32)), TypeError, r"^A: .*uint8.*float32"),
+    (dict(A=np.zeros((4, 6), np.int8)), TypeError, r"^A: .*uint8.*int8"),
+    (dict(B=np.zeros((6, 5), np.uint8)), TypeError, r"^B: .*int8.*uint8"),
+    (dict(C=np.zeros((4, 5), np.int64)), TypeError, r"^C: .*int32.*int64"),
+    (dict(co=np.zeros(1, np.int64)), TypeError, r"^co: "),
+    (dict(co=[0]), TypeError, r"^co: "),
+    (dict(A=[[0] * 6] * 4), TypeError, r"^A: .*numpy"),
+    (dict(A=np.zeros((3, 6), np.uint8)), ValueError, r"^A: .*4x6"),
+    (dict(B=np.zeros((6, 4), np.int8), ldb=4), ValueError, r"^ldb: .*4"),
+    (dict(B=np.zeros((5, 5), np.int8)), ValueError, r"^B: .*6x5"),
+    (dict(C=np.zeros((4, 4), np.int32), ldc=4), ValueError, r"^ldc: "),
+    (dict(C=np.zeros((3, 5), np.int32)), ValueError, r"^C: "),
+    (dict(lda=5), ValueError, r"^lda: .*5"),
+    (dict(ldb=2), ValueError, r"^ldb: "),
+    (dict(ldc=0), ValueError, r"^ldc: "),
+    (dict(A=np.zeros((4, 12), np.uint8)[:, ::2]), ValueError, r"^A: .*contiguous"),
+    (dict(B=np.zeros((6, 10), np.int8)[:, ::2]), ValueError, r"^B: .*contiguous"),
+    (dict(C=np.zeros((4, 10), np.int32)[:, ::2]), ValueError, r"^C: .*contiguous"),
+    (dict(A=np.zeros((8, 6), np.uint8)[::2]), ValueError, r"^A: "),
+    (dict(C=np.zeros((4, 5), np.int32)[:, :].copy(order="F")), ValueError, r"^C: "),
+    (dict(offsetc="C", co=np.zeros(4, np.int32)), ValueError, r"^co: .*5"),
+    (dict(offsetc="R", co=np.zeros(3, np.int32)), ValueError, r"^co: .*4"),
+    (dict(transa="X"), ValueError, r"^transa: .*'X'"),
+    (dict(transb="NN"), ValueError, r"^transb: "),
+    (dict(transb=None), ValueError, r"^transb: "),
+    (dict(offsetc="Q"), ValueError, r"^offsetc: .*'Q'"),
+    (dict(ao=300), ValueError, r"^ao: .*300"),
+    (dict(ao=-1), ValueError, r"^ao: .*-1"),
+    (dict(ao=1.5), ValueError, r"^ao: "),
+    (dict(bo=128), ValueError, r"^bo: .*128"),
+    (dict(bo=-129), ValueError, r"^bo: "),
+    (dict(M=0), ValueError, r"^M: "),
+    (dict(N=-1), ValueError, r"^N: "),
+    (dict(K=2.0), ValueError, r"^K: "),
+    (dict(alpha=float("nan")), ValueError, r"^alpha: "),
+    (dict(beta=float("inf")), ValueError, r"^beta: "),
+    (dict(alpha="1"), ValueError, r"^alpha: "),
+    (dict(policy="fast"), ValueError, r"^policy: .*'fast'"),
+    (dict(policy="halve"), ValueError, r"^policy: "),
+    (dict(isa="sse41"), ValueError, r"^isa: .*sse41"),
+    (dict(isa="avx512"), ValueError, r"^isa: "),
+    (dict(threads=0), ValueError, r"^threads: .*0"),
+    (dict(threads=-2), ValueError, r"^threads: "),
+    (dict(threads=1.5), ValueError, r"^threads: "),
+])
+def test_bad_input_u8(over, exc, match):
+    C_before = over.get("C")
+    with pytest.raises(exc, match=match):
+        _call(**over)
+    if isinstance(C_before, np.ndarray) and C_before.dtype == np.int32:
+        assert not C_before.any(), "C was written before the error"
+
+
+@pytest.mark.parametrize("over,exc,match", [
+    (dict(ao=128), ValueError, r"^ao: .*128"),
+    (dict(ao=-129), ValueError, r"^ao: "),
+    (dict(A=np.zeros((4, 6), np.uint8)), TypeError, r"^A: .*int8.*uint8"),
+])
+def test_bad_input_s8(over, exc, match):
+    over.setdefault("A", np.zeros((4, 6), np.int8))
+    with pytest.raises(exc, match=match):
+        _call(gemm_s8s8s32, **over)
+
+
+def test_bad_input_is_rejected_before_any_kernel_runs():
+    """Errors at execution leave C untouched (validation comes first)."""
+    g = Gemm(4, 5, 6, B=np.ones((6, 5), np.int8))
+    C = np.full((4, 5), 3, np.int32)
+    for A, kw, match in ((np.ones((4, 6), np.int8), {}, "^A: "), (np.ones((4, 6), np.uint8), {"ao": 256}, "^ao: "),
+                         (np.ones((4, 6), np.uint8), {"co": np.zeros(1, np.int16)}, "^co: "),
+                         (np.ones((4, 6), np.uint8), {"B": np.ones((6, 4), np.int8)}, "^B: ")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            g.execute(A, C, **kw)
+        assert np.all(C == 3)
+    with pytest.raises(ValueError, match="^C: .*read-only"):
+        ro = np.zeros((4, 5), np.int32)
+        ro.flags.writeable = False
+        g.execute(np.ones((4, 6), np.uint8), ro)
+
+
+def test_bad_input_gemm_constructor():
+    with pytest.raises(ValueError, match="^a_type: "):
+        Gemm(2, 2, 2, a_type="u4")
+    with pytest.raises(ValueError, match="^isa: .*avx1"):
+        Gemm(2, 2, 2, isa="avx1")
+
+
+def test_bad_input_thin_gemm():
+    A = np.zeros((3, 4), np.uint8)
+    with pytest.raises(ValueError, match=r"^B: .*4.*\(5, 2\)"):
+        gemm(A, np.zeros((5, 2), np.int8))
+    with pytest.raises(TypeError, match="^A: .*float32"):
+        gemm(np.zeros((3, 4), np.float32), np.zeros((4, 2), np.int8))
+    with pytest.raises(TypeError, match="^B: .*int8.*uint8"):
+        gemm(A, np.zeros((4, 2), np.uint8))
+    with pytest.raises(ValueError, match="^A: .*2-D"):
+        gemm(np.zeros(4, np.uint8), np.zeros((4, 2), np.int8))
+    with pytest.raises(ValueError, match="^B: .*2-D"):
+        gemm(A, np.zeros((4, 2, 1), np.int8))
+    with pytest.raises(ValueError, match="^ao: "):
+        gemm(A, np.zeros((4, 2), np.int8), ao=-5)
+    with pytest.raises(ValueError, match="^policy: "):
+        gemm(A, np.zeros((4, 2), np.int8), policy="Exact!")
+
+
+def test_thin_gemm_matches_numpy(isa_path):
+    rng = np.random.default_rng(9)
+    A = rng.integers(-128, 128, (23, 57), dtype=np.int8)
+    B = rng.integers(-128, 128, (57, 31), dtype=np.int8)
+    want = (A.astype(np.int64) - 3) @ (B.astype(np.int64) + 2)
+    assert np.array_equal(gemm(A, B, ao=3, bo=-2, isa=isa_path), want.astype(np.int32))
+    # non-contiguous inputs are fine for the thin API (it copies)
+    At = np.asfortranarray(A)
+    assert np.array_equal(gemm(At, B, ao=3, bo=-2, isa=isa_path), want.astype(np.int32))
