@@ -1,0 +1,265 @@
+"""runtime/: W^X executable memory, kernel objects, bad input; jit.cache on disk; JIT dumps."""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from runtime import isa as isa_mod
+from runtime.execmem import PAGE, ExecutableMemory, Relocation
+from runtime.kernel import Kernel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RET7 = bytes([0xB8, 7, 0, 0, 0, 0xC3])  # mov eax, 7; ret
+# mov eax, [rip + disp32]; ret  -- disp32 at offset 2, relative to the end (offset 6)
+LOAD_CONST = bytes([0x8B, 0x05, 0, 0, 0, 0, 0xC3])
+
+
+def maps() -> list[tuple[int, int, str, str]]:
+    """(start, end, perms, rest) of every mapping of this process."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            out.append((start, end, parts[1], parts[5].strip() if len(parts) > 5 else ""))
+    return out
+
+
+def assert_no_wx() -> None:
+    bad = [m for m in maps() if "w" in m[2] and "x" in m[2]]
+    assert not bad, f"writable+executable mappings: {bad}"
+
+
+def perms_at(address: int) -> str:
+    for start, end, perms, _ in maps():
+        if start <= address < end:
+            return perms
+    return ""
+
+
+def mapped(address: int) -> bool:
+    return bool(perms_at(address))
+
+
+def _peachpy_const_kernel(value: int) -> "object":
+    """A PeachPy-built kernel that loads a constant from its constant pool (no cache)."""
+    from jit import asm
+    from jit.build import generate
+    from jit.dot import fast_path, vector_constant
+
+    path = fast_path("avx2")
+    out = asm.Argument(asm.ptr(asm.int32_t), "out")
+
+    def emit():
+        asm.LOAD.ARGUMENT(asm.rdi, out)
+        asm.VMOVDQU(asm.ymm0, vector_constant(path, [value], f"c{value & 0xFFFF}"))
+        asm.VMOVD(asm.eax, asm.xmm0)
+        asm.MOV(asm.dword[asm.rdi], asm.eax)
+        asm.RETURN()
+
+    return generate(f"const_{value}", "avx2", "void (*)(int32_t *)", (out,), emit)
+
+
+# -- W^X ------------------------------------------------------------------------------------
+def _build_and_free(generated, rounds: int = 3) -> None:
+    from jit.build import load
+
+    for r in range(rounds):
+        kernels = [Kernel(f"k{i}", RET7 + bytes(i), signature="int (*)(void)") for i in range(60)]
+        kernels += [Kernel(f"c{i}", LOAD_CONST, signature="int (*)(void)", const=i.to_bytes(4, "little") * 2,
+                           relocations=(Relocation(2, 6, 4),)) for i in range(20)]
+        kernels += [load(g) for g in generated]
+        assert_no_wx()
+        for k in kernels[:40]:
+            assert k() == 7
+        addresses = [k.address for k in kernels]
+        for i, k in enumerate(kernels):
+            if i % 2:
+                k.close()  # explicit release; the rest go by garbage collection
+        del kernels, k
+        gc.collect()
+        assert_no_wx()
+        still = [hex(a) for a in addresses if mapped(a)]
+        assert not still, f"kernel mappings not released: {still[:5]}"
+
+
+def test_no_rwx_and_mappings_return_after_many_kernels():
+    generated = [_peachpy_const_kernel(1000 + i) for i in range(3)]
+    _build_and_free(generated, rounds=1)  # warm up allocator arenas and cffi caches
+    gc.collect()
+    before = len(maps())
+    assert_no_wx()
+    _build_and_free(generated, rounds=3)
+    gc.collect()
+    assert_no_wx()
+    assert len(maps()) == before
+
+
+def test_code_is_rx_constants_are_r_and_relocations_resolve():
+    value = 0x12345678
+    k = Kernel("const", LOAD_CONST, signature="int (*)(void)", const=value.to_bytes(4, "little"),
+               relocations=(Relocation(2, 6, 0),))
+    try:
+        mem = k._memory
+        assert perms_at(k.address).startswith("r-x")
+        assert perms_at(mem.const_address).startswith("r--")
+        assert mem.const_address == k.address + PAGE
+        assert k() == value
+        # the bytes in executable memory hold the resolved displacement, not PeachPy's zero
+        disp = int.from_bytes(k.code()[2:6], "little", signed=True)
+        assert k.address + 6 + disp == mem.const_address
+    finally:
+        k.close()
+
+
+@pytest.mark.skipif(not isa_mod.cpu_supports("avx2"), reason="the CPU lacks AVX2: the PeachPy kernel cannot run")
+def test_peachpy_kernel_loads_its_constant():
+    from jit.build import load
+    from runtime.ffi import ffi
+
+    generated = _peachpy_const_kernel(-123456)
+    assert generated.const and generated.relocations
+    k = load(generated)
+    out = ffi.new("int32_t *")
+    k(out)
+    assert out[0] == -123456
+    assert perms_at(k.address).startswith("r-x")
+    assert perms_at(k._memory.const_address).startswith("r--")
+    k.close()
+
+
+def test_relocation_outside_constants_is_refused():
+    with pytest.raises(ValueError, match="relocation"):
+        ExecutableMemory(LOAD_CONST, b"\0" * 4, (Relocation(2, 6, 8),))
+
+
+# -- bad input ------------------------------------------------------------------------------
+def test_wrong_argument_types_raise_type_error():
+    k = Kernel("ret7", RET7, signature="int (*)(int64_t, int32_t *)")
+    with pytest.raises(TypeError):
+        k("not a number", None)
+    with pytest.raises(TypeError):
+        k(1)  # missing argument
+    k.close()
+
+
+def test_closed_kernel_raises_value_error():
+    k = Kernel("ret7", RET7, signature="int (*)(void)")
+    assert k() == 7
+    k.close()
+    assert k.closed and "closed" in repr(k)
+    with pytest.raises(ValueError, match="closed"):
+        k()
+    with pytest.raises(ValueError):
+        k.code()
+    k.close()  # twice is fine
+
+
+def test_unknown_isa_name_lists_the_valid_ones():
+    with pytest.raises(isa_mod.IsaError) as info:
+        isa_mod.check_name("bogus")
+    for name in isa_mod.LADDER:
+        assert name in str(info.value)
+    assert "bogus" in str(info.value)
+
+
+def test_empty_code_is_refused():
+    with pytest.raises(ValueError, match="code"):
+        Kernel("empty", b"", signature="void (*)(void)")
+
+
+# -- disk cache -----------------------------------------------------------------------------
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from jit import cache
+    from jit.peak import peak_kernel
+    from runtime.isa import cpu_supports
+    k = peak_kernel("avx2")
+    if cpu_supports("avx2"):
+        k(10)
+    print(json.dumps({"stats": cache.stats, "peachpy": "peachpy" in sys.modules, "size": k.size,
+                      "code": k.code()[:64].hex()}))
+    """
+)
+
+
+def _child(cache_dir: str, wait: bool = True):
+    env = dict(os.environ, INT8JIT_CACHE_DIR=cache_dir, INT8JIT_DISK_CACHE="1")
+    env.pop("INT8JIT_JIT_DUMP", None)
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if not wait:
+        return proc
+    return _result(proc)
+
+
+def _result(proc) -> dict:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_second_process_loads_from_disk_without_generating(tmp_path):
+    first = _child(str(tmp_path))
+    assert first["stats"]["generated"] == 1 and first["stats"]["disk_hits"] == 0
+    assert [p for p in os.listdir(tmp_path) if p.endswith(".kernel")]
+    second = _child(str(tmp_path))
+    assert second["stats"]["generated"] == 0 and second["stats"]["disk_hits"] == 1
+    assert second["peachpy"] is False, "loading from disk must not import PeachPy"
+    assert second["size"] == first["size"]
+
+
+def test_two_processes_writing_at_once_leave_a_valid_entry(tmp_path):
+    procs = [_child(str(tmp_path), wait=False) for _ in range(2)]
+    results = [_result(p) for p in procs]
+    assert all(r["stats"]["generated"] + r["stats"]["disk_hits"] == 1 for r in results)
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    entries = [p for p in os.listdir(tmp_path) if p.endswith(".kernel")]
+    assert len(entries) == 1
+    third = _child(str(tmp_path))
+    assert third["stats"]["disk_hits"] == 1 and third["stats"]["generated"] == 0
+    assert third["size"] == results[0]["size"]
+
+
+def test_corrupt_disk_entry_is_regenerated(tmp_path):
+    _child(str(tmp_path))
+    (entry,) = [p for p in os.listdir(tmp_path) if p.endswith(".kernel")]
+    (tmp_path / entry).write_bytes(b"garbage")
+    again = _child(str(tmp_path))
+    assert again["stats"]["generated"] == 1
+
+
+# -- INT8JIT_JIT_DUMP ------------------------------------------------------------------------
+def test_jit_dump_writes_bin_and_s(tmp_path, monkeypatch):
+    from jit.build import GeneratedCode, load
+
+    monkeypatch.setenv("INT8JIT_JIT_DUMP", "1")
+    monkeypatch.setenv("INT8JIT_JIT_DUMP_DIR", str(tmp_path / "dump"))
+    k = load(GeneratedCode("ret7", "avx2", "int (*)(void)", RET7, b"", (), ""))
+    try:
+        assert k() == 7
+        files = sorted(os.listdir(tmp_path / "dump"))
+        bins = [f for f in files if f.endswith(".bin")]
+        listings = [f for f in files if f.endswith(".s")]
+        assert len(bins) == 1 and len(listings) == 1 and bins[0].startswith("ret7.avx2.")
+        assert (tmp_path / "dump" / bins[0]).read_bytes() == RET7
+        text = (tmp_path / "dump" / listings[0]).read_text()
+        assert "mov eax,7" in text and "ret" in text
+    finally:
+        k.close()
+
+
+def test_jit_dump_off_by_default(tmp_path, monkeypatch):
+    from jit.build import GeneratedCode, load
+
+    monkeypatch.delenv("INT8JIT_JIT_DUMP", raising=False)
+    monkeypatch.chdir(tmp_path)
+    load(GeneratedCode("ret7", "avx2", "int (*)(void)", RET7, b"", (), "")).close()
+    assert not os.path.exists(tmp_path / "jit-dump")
