@@ -1,0 +1,267 @@
+"""tools/: int8jit-demo, dump-asm, cpu-probe --peak (no timing is asserted, only positivity)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from jit.dot import fast_path
+from runtime import isa as isa_mod
+from runtime.isa import LADDER, cpu_supports
+from tools import demo as demo_tool
+from tools import dump_asm
+
+SUPPORTED = set(isa_mod.supported())
+
+
+def _kinds(isa: str) -> list[str]:
+    fast = fast_path(isa).kind
+    return [fast] if fast == "vnni" else [fast, "widen"]
+
+
+PATHS = [(isa, kind) for isa in LADDER for kind in _kinds(isa)]
+
+
+# -- int8jit-demo ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo_output():
+    import io
+
+    mp = pytest.MonkeyPatch()
+    mp.delenv(isa_mod.ENV_CAP, raising=False)
+    try:
+        buf = io.StringIO()
+        status = demo_tool.run(buf)
+    finally:
+        mp.undo()
+    return status, buf.getvalue()
+
+
+def test_demo_exits_zero_and_names_the_cpu(demo_output):
+    status, text = demo_output
+    assert status == 0, text
+    assert "CPU" in text and "effective ISA" in text and "ISA ladder" in text
+
+
+@pytest.mark.parametrize("isa,kind", PATHS)
+def test_demo_row_per_path(demo_output, isa, kind):
+    _, text = demo_output
+    rows = [line for line in text.splitlines() if line.startswith(f"{isa} {kind} ")]
+    assert len(rows) == 1, text
+    row = rows[0]
+    if isa not in SUPPORTED:
+        assert "not executable on this CPU" in row and "bytes" in row
+        return
+    if kind == "maddubsw":
+        assert re.search(r"\b32767\s+255\s+64770/32258\s+saturated\b", row), row
+    else:
+        assert re.search(r"\b64770\s+32258\s+64770/32258\s+exact\b", row), row
+
+
+def test_demo_gemm_exact_policy_is_exact_everywhere(demo_output):
+    _, text = demo_output
+    gemm_part = text.split("GEMM primitive", 1)[1]
+    for isa in SUPPORTED:
+        exact = [ln for ln in gemm_part.splitlines() if ln.startswith(isa + " ") and " exact " in ln[:30]]
+        assert len(exact) == 1, gemm_part
+        assert re.search(r"\b64770\s+32258\b.*\bexact$", exact[0]), exact[0]
+        faithful = [ln for ln in gemm_part.splitlines() if ln.startswith(isa + " ") and " faithful " in ln]
+        assert len(faithful) == 1
+        if fast_path(isa).kind == "maddubsw":
+            assert re.search(r"\bmaddubsw\s+32767\s+255\b.*saturated$", faithful[0]), faithful[0]
+
+
+def test_demo_main_returns_zero(capsys, monkeypatch):
+    monkeypatch.setenv(isa_mod.ENV_CAP, "avx2")
+    assert demo_tool.main([]) == 0
+    text = capsys.readouterr().out
+    if "avx2" in SUPPORTED:
+        assert "above the cap avx2" in text or not (SUPPORTED - {"avx2"})
+
+
+def test_demo_expected_model():
+    assert demo_tool.expected("maddubsw", (255, 255, 0, 0), (127, 127, 0, 0), False) == 32767
+    assert demo_tool.expected("maddubsw", (127, 127, 0, 0), (127, 127, 0, 0), True) == 255
+    assert demo_tool.expected("vnni", (127, 127, 0, 0), (127, 127, 0, 0), True) == 32258
+
+
+# -- dump-asm ----------------------------------------------------------------------------------
+def _dump(capsys, *argv):
+    status = dump_asm.main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def _check_step(text: str, kind: str) -> None:
+    low = text.lower()
+    if kind == "vnni":
+        assert "vpdpbusd" in low
+        assert "vpmaddubsw" not in low
+    elif kind == "maddubsw":
+        assert "vpmaddubsw" in low and "vpmaddwd" in low
+    else:
+        assert "vpmaddwd" in low and "vpmaddubsw" not in low and "vpdpbusd" not in low
+
+
+def _vpdpbusd_encodings(code: bytes) -> set[str]:
+    from jit.disasm import decode, encoding_name
+
+    return {encoding_name(i) for i in decode(code) if str(i).startswith("vpdpbusd")}
+
+
+@pytest.mark.parametrize("isa,kind", PATHS)
+@pytest.mark.parametrize("name", ["demo", "peak"])
+def test_dump_asm_demo_and_peak_on_every_path(capsys, name, isa, kind):
+    status, out, err = _dump(capsys, name, "--isa", isa, "--kind", kind)
+    assert status == 0, err
+    assert re.search(r"^0000  [0-9a-f]+ +\S", out, re.M), out[:500]
+    _check_step(out, kind)
+    if name == "demo":
+        from jit.demo_kernel import demo_kernel
+
+        code = demo_kernel(isa, kind).code()
+    else:
+        from jit.peak import peak_kernel
+
+        code = peak_kernel(isa, kind).code()
+    if kind == "vnni":
+        assert _vpdpbusd_encodings(code) == {"vex" if isa == "avx2_vnni" else "evex"}
+        assert ("zmm" in out) == (isa == "avx512_core_vnni")
+
+
+@pytest.mark.parametrize("isa", LADDER)
+def test_dump_asm_gemm_every_isa(capsys, isa):
+    status, out, err = _dump(capsys, "gemm", "--m", "7", "--n", "20", "--k", "13", "--isa", isa,
+                             "--policy", "faithful")
+    assert status == 0, err
+    _check_step(out, fast_path(isa).kind)
+    if isa in SUPPORTED:
+        assert "impl_info" in out and f"isa: {isa}" in out
+
+
+@pytest.mark.parametrize("isa", LADDER)
+@pytest.mark.parametrize("a_type", ["u8", "s8"])
+def test_dump_asm_gemm_generated_where_cpu_lacks_it(capsys, monkeypatch, isa, a_type):
+    """A path the CPU lacks is generated and disassembled, never executed (simulated here)."""
+    monkeypatch.setattr(isa_mod, "cpu_supports", lambda name: False)
+    status, out, err = _dump(capsys, "gemm", "--m", "5", "--n", "9", "--k", "16", "--isa", isa, "--a-type", a_type)
+    assert status == 0, err
+    assert "not executable on this CPU" in out and "generated and disassembled only" in out
+    # exact policy with random weights: VNNI stays fast, the others widen
+    _check_step(out, "vnni" if isa.endswith("vnni") else "widen")
+    assert f"gemm_{a_type}s8s32_{isa}_" in out
+
+
+def test_dump_asm_gemm_exact_picks_widening_on_random_weights(capsys):
+    isa = next((i for i in ("avx2", "avx512_core") if i in SUPPORTED), None)
+    if isa is None:
+        pytest.skip("the CPU has neither avx2 nor avx512_core")
+    status, out, _ = _dump(capsys, "gemm", "--m", "4", "--n", "16", "--k", "32", "--isa", isa)
+    assert status == 0
+    assert "path: widen" in out
+    _check_step(out, "widen")
+
+
+def test_dump_asm_att_syntax(capsys):
+    status, out, _ = _dump(capsys, "peak", "--isa", "avx512_core_vnni", "--syntax", "att")
+    assert status == 0
+    assert "%zmm" in out and "vpdpbusd %zmm" in out
+    assert out.startswith("#")
+
+
+def test_dump_asm_output_file_and_bin(capsys, tmp_path):
+    from jit.peak import peak_kernel
+
+    listing, raw = tmp_path / "peak.s", tmp_path / "peak.bin"
+    status, out, _ = _dump(capsys, "peak", "--isa", "avx2", "-o", str(listing), "--bin", str(raw))
+    assert status == 0 and out == ""
+    assert raw.read_bytes() == peak_kernel("avx2").code()
+    text = listing.read_text()
+    assert "vpmaddubsw" in text
+    from jit.disasm import decode
+
+    # one listing line per decoded instruction (plus the comment header)
+    body = [ln for ln in text.splitlines() if not ln.startswith(";")]
+    assert len(body) == len(list(decode(raw.read_bytes())))
+
+
+def test_dump_asm_list(capsys):
+    status, out, _ = _dump(capsys, "--list")
+    assert status == 0
+    assert {"demo", "peak", "gemm"} <= {ln.split()[0] for ln in out.splitlines()}
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["bogus"], "unknown kernel 'bogus'"),
+    (["demo", "--isa", "avx9"], "unknown ISA 'avx9'"),
+    (["peak", "--isa", "avx2_vnni", "--kind", "widen"], "no widening path"),
+    (["gemm", "--m", "4", "--isa", "avx2"], "--n"),
+    ([], "--list"),
+    (["demo", "--syntax", "nasm"], "invalid choice"),
+])
+def test_dump_asm_usage_errors(capsys, argv, needle):
+    status, out, err = _dump(capsys, *argv)
+    assert status == 2
+    assert needle in err and err.startswith("dump-asm: error:")
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_dump_asm_as_a_process():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-m", "tools.dump_asm", "nope"], cwd=root, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown kernel" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- peak --------------------------------------------------------------------------------------
+@pytest.fixture
+def short_peak(monkeypatch):
+    import jit.peak
+
+    monkeypatch.setattr(jit.peak, "DURATION_S", 0.002)
+    monkeypatch.setattr(jit.peak, "REPEATS", 1)
+    return jit.peak
+
+
+def test_cpu_probe_peak_prints_a_number_per_supported_path(capsys, short_peak, monkeypatch):
+    from tools import cpu_probe
+
+    monkeypatch.delenv(isa_mod.ENV_CAP, raising=False)
+    assert cpu_probe.main(["--peak"]) == 0
+    out = capsys.readouterr().out
+    section = out.split("measured int8 peak", 1)[1]
+    for isa in SUPPORTED:
+        m = re.search(rf"^\s+{isa}\s+([0-9.]+) GOPS$", section, re.M)
+        assert m, section
+        assert float(m.group(1)) > 0
+
+
+@pytest.mark.parametrize("isa,kind", PATHS)
+def test_measure_peak_positive_or_refused(short_peak, isa, kind):
+    if not cpu_supports(isa):
+        with pytest.raises(RuntimeError, match="cannot execute"):
+            short_peak.measure_peak(isa, kind)
+        return
+    assert short_peak.measure_peak(isa, kind) > 0
+
+
+def test_measure_peak_refuses_what_the_cpu_lacks(short_peak, monkeypatch):
+    monkeypatch.setattr(short_peak, "cpu_supports", lambda name: False)
+    with pytest.raises(RuntimeError, match="cannot execute"):
+        short_peak.measure_peak("avx2")
+
+
+def test_peak_op_counting():
+    from jit.dot import widening_path
+    from jit.peak import ops_per_step
+
+    assert ops_per_step(fast_path("avx512_core_vnni")) == 128
+    assert ops_per_step(fast_path("avx512_core")) == 128
+    assert ops_per_step(widening_path("avx512_core")) == 64
+    assert ops_per_step(fast_path("avx2_vnni")) == 64
+    assert ops_per_step(fast_path("avx2")) == 64
+    assert ops_per_step(widening_path("avx2")) == 32
