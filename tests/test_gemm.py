@@ -164,13 +164,13 @@ def gemm_cases(draw):
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "30")), deadline=None,
+@settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "50")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=gemm_cases())
 def test_property_matches_model(isa_path, policy, case):
     """Any shape, transposes, leading dims, offsets, alpha/beta, data: equals the model."""
     _, _, info = run_and_check(isa=isa_path, policy=policy, **case)
-    if info is not None:
+    if case["api"] == "create":  # B known at creation: impl_info reports the decision taken
         check_decision(info, isa_path, policy, case["kind"] == "safe")
 
 
@@ -319,6 +319,22 @@ def test_impl_info(isa_path):
             assert info["safe_pairs"] < info["total_pairs"]
         if policy == "exact" and not vnni:
             assert str(info["safe_pairs"]) in info["decision"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "library bug: Gemm.impl_info() (primitives/gemm.py, `choice = self._choice or self._decide((0, 0))`) "
+    "ignores the decision taken when B is passed to execute(): it reports path 'maddubsw' and "
+    "'all 0 column pairs proven safe' while the widening kernel ran"))
+def test_impl_info_with_b_at_execution():
+    if not isa_mod.cpu_supports("avx2"):
+        pytest.skip("CPU lacks AVX2")
+    rng = np.random.default_rng(0)
+    B = rng.integers(-128, 128, (64, 48), dtype=np.int8)
+    g = Gemm(8, 48, 64, isa="avx2", policy="exact")
+    g.execute(rng.integers(0, 256, (8, 64), dtype=np.uint8), np.zeros((8, 48), np.int32), B=B)
+    info = g.impl_info()
+    assert info["kernels"] == ["gemm_u8s8s32_avx2_widen_4x2"]  # what ran
+    assert info["path"] == "widen", info["decision"]
 
 
 def test_isa_cap_above_cpu_is_no_error():
