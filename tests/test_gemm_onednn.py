@@ -145,12 +145,8 @@ def test_exact_equals_onednn_default(isa, kind):
 
 @pytest.mark.parametrize("isa", isa_params())
 def test_exact_equals_onednn_default_with_offsetc_vectors(isa):
-    """offsetc 'C'/'R' under oneDNN's convention, given to int8jit with the letter swapped.
-
-    oneDNN (as BLAS): 'C' is a column vector of M values (co[i] on row i), 'R' a row
-    vector of N values. int8jit today reads 'C' as N per-column values and 'R' as M
-    per-row values (see test_offsetc_letters_mean_the_same_as_onednn), so the swap
-    makes the inputs the same and shows the numbers agree."""
+    """offsetc 'C'/'R' vectors: oneDNN (as BLAS) reads 'C' as a column vector of M values
+    (co[i] on row i) and 'R' as a row vector of N values; int8jit reads them the same way."""
     rng = np.random.default_rng(42)
     for kind in ("u8s8", "s8s8"):
         cases = []
@@ -160,16 +156,10 @@ def test_exact_equals_onednn_default_with_offsetc_vectors(isa):
                       for M, N, K, a, b, beta in ((5, 9, 7, 3, -1, 0.0), (40, 17, 130, 0, 4, 1.0),
                                                   (1, 70, 9, 1, 0, 1.0))]
         for args, want in zip(cases, onednn_default(kind, cases)):
-            got = int8jit(kind, args, policy="exact", isa=isa, offsetc={"C": "R", "R": "C"}[args[2]])
+            got = int8jit(kind, args, policy="exact", isa=isa)
             assert_same(window(got, args), window(want, args), f"{isa} {kind} offsetc={args[2]} M,N,K={args[3:6]}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: int8jit's offsetc letters are swapped relative to dnnl_gemm_u8s8s32 "
-    "(primitives/gemm.py Gemm.execute: co_len = {'F': 1, 'C': N, 'R': M}; the same in "
-    "primitives/reference.py output_stage). oneDNN, like BLAS/MKL gemm_s8u8s32, reads 'C' as a "
-    "column vector of M values (co[i] added to row i) and 'R' as a row vector of N values; "
-    "measured with tools/onednn.py: M=3,N=5, co=[7,8,9], offsetc='C' gives rows 7/8/9"))
 def test_offsetc_letters_mean_the_same_as_onednn():
     rng = np.random.default_rng(0)
     M, N, K = 3, 5, 4
