@@ -134,6 +134,8 @@ class Gemm:
         self._choice: Choice | None = None
         if B is not None:
             self._packed, self._choice = self._pack(B)
+        self._last_packed: PackedB | None = None  # B given at execution: what the last call decided
+        self._last_choice: Choice | None = None
         self._comps_cache: _Comps | None = None
         self._plan_cache: _Plan | None = None
 
@@ -190,9 +192,10 @@ class Gemm:
         check_matrix("A", A, self.a_dtype, M if self.transa == "N" else K, K if self.transa == "N" else M, self.lda)
         check_matrix("C", C, np.int32, M, N, self.ldc, writable=True)
         if co is not None:
-            co = check_vector("co", co, np.int32, {"F": 1, "C": N, "R": M}[self.offsetc])
+            co = check_vector("co", co, np.int32, {"F": 1, "C": M, "R": N}[self.offsetc])
         if B is not None:
             packed, choice = self._pack(B)
+            self._last_packed, self._last_choice = packed, choice
         elif self._packed is not None:
             packed, choice = self._packed, self._choice
         else:
@@ -231,7 +234,8 @@ class Gemm:
         if cached is not None and cached.key == key and bo == 0:
             return cached
         M, N, K = self.M, self.N, self.K
-        co_len = {"F": 1, "C": N, "R": M}[self.offsetc]
+        # oneDNN's letters: 'C' a column vector (M values, one per row), 'R' a row vector (N).
+        co_len = {"F": 1, "C": M, "R": N}[self.offsetc]
         co_flat = np.zeros(co_len, np.int32) if co is None else co.reshape(-1)
         ao_eff = ao + (128 if self.a_type == "s8" else 0)
         col = -ao_eff * packed.colsum + K * ao_eff * bo
@@ -243,15 +247,15 @@ class Gemm:
             row = -bo * (rows + (128 * K if self.a_type == "s8" else 0))
         col_post = row_post = None
         if not self.float_mode:  # integer mode: co is one more int32 offset
-            if self.offsetc == "R":
+            if self.offsetc == "C":
                 row = (row if row is not None else 0) + co_flat[:M].astype(np.int64)
             else:
-                col[:N] += co_flat[:N] if self.offsetc == "C" else co_flat[0]
-        elif self.offsetc == "R":
+                col[:N] += co_flat[:N] if self.offsetc == "R" else co_flat[0]
+        elif self.offsetc == "C":
             row_post = np.ascontiguousarray(co_flat[:M], np.float32)
         else:
             col_post = np.zeros(packed.tiles * packed.tile_n, np.float32)
-            col_post[:N] = co_flat[:N] if self.offsetc == "C" else co_flat[0]
+            col_post[:N] = co_flat[:N] if self.offsetc == "R" else co_flat[0]
         col32 = _wrap32(col)
         row32 = None if row is None else _wrap32(np.broadcast_to(row, (M,)))
         spec = OutputSpec(row_comp=row32 is not None, float_mode=self.float_mode, beta=self.beta != 0.0,
@@ -307,7 +311,8 @@ class Gemm:
 
     def impl_info(self) -> dict:
         """Which ISA path, kernel, blocking and policy decision this GEMM uses."""
-        choice = self._choice or self._decide((0, 0))
+        choice = self._choice or self._last_choice or self._decide((0, 0))
+        packed = self._packed or self._last_packed
         info = {
             "primitive": "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32",
             "isa": self.isa, "path": choice.path.kind, "policy": self.policy,
@@ -315,9 +320,9 @@ class Gemm:
             "tile_n": choice.nr * choice.path.lanes, "threads": self.threads,
             "shape": (self.M, self.N, self.K),
         }
-        if self._packed is not None:
-            info["safe_pairs"] = self._packed.safe_pairs
-            info["total_pairs"] = self._packed.total_pairs
+        if packed is not None:
+            info["safe_pairs"] = packed.safe_pairs
+            info["total_pairs"] = packed.total_pairs
         kernels = [k.meta.get("kspec") for k in self._kernels.values()]
         if kernels:
             info["kernels"] = [k.name for k in kernels]

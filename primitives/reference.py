@@ -86,8 +86,9 @@ def output_stage(v: np.ndarray, c_old: np.ndarray, alpha: float, beta: float, co
     co_full = np.zeros((m, n), np.int64)
     if co is not None:
         co = np.asarray(co, np.int64).ravel()
-        co_full = {"F": lambda: np.full((m, n), co[0]), "C": lambda: np.broadcast_to(co[None, :n], (m, n)),
-                   "R": lambda: np.broadcast_to(co[:m, None], (m, n))}[offsetc.upper()]().astype(np.int64)
+        # oneDNN's letters: 'C' adds a column vector (co[i] to row i), 'R' a row vector (co[j] to column j)
+        co_full = {"F": lambda: np.full((m, n), co[0]), "C": lambda: np.broadcast_to(co[:m, None], (m, n)),
+                   "R": lambda: np.broadcast_to(co[None, :n], (m, n))}[offsetc.upper()]().astype(np.int64)
     if alpha == 1.0 and beta in (0.0, 1.0):
         total = v.astype(np.int64) + co_full
         if beta == 1.0:
