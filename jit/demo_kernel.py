@@ -26,28 +26,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from jit.dot import Path, emit_bytes, emit_ones_s16, emit_step, fast_path, vector_register, widening_path
+from jit.dot import Path, emit_bytes, emit_ones_s16, emit_step, path_for, vector_register
 from runtime.isa import REQUIRES, check_name, cpu_supports
 
 SIGNATURE = "void (*)(const uint8_t *, const int8_t *, int32_t, int32_t *)"
-
-
-def demo_path(isa: str, kind: str | None = None) -> Path:
-    """The path of ``isa`` for ``kind`` (None or the fast kind: fast path; ``"widen"``)."""
-    isa = check_name(isa)
-    fast = fast_path(isa)
-    if kind is None or kind == fast.kind:
-        return fast
-    if kind == "widen":
-        return widening_path(isa)
-    raise ValueError(f"kind: {isa} has no {kind!r} path; it has {fast.kind}"
-                     + ("" if fast.kind == "vnni" else " and widen"))
-
-
-def paths(isa: str) -> tuple[Path, ...]:
-    """Every path of a level: the fast one, and the widening one on non-VNNI levels."""
-    fast = fast_path(isa)
-    return (fast,) if fast.kind == "vnni" else (fast, widening_path(isa))
 
 
 def instruction_sequence(path: Path) -> str:
@@ -122,7 +104,7 @@ def demo_kernel(isa: str, kind: str | None = None, s8_src: bool = False):
     """
     from jit.cache import get_kernel
 
-    path = demo_path(isa, kind)
+    path = path_for(isa, kind)
     return get_kernel(("demo_dot4", path, bool(s8_src)), lambda: _generate(path, bool(s8_src)))
 
 

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from runtime.isa import check_name
 
 
+STEP_KINDS = ("vnni", "maddubsw", "widen")
+
+
 @dataclass(frozen=True)
 class Path:
     """One code path: an ISA level, a vector width and the step it uses."""
@@ -70,6 +73,25 @@ def widening_path(isa: str) -> Path:
     if isa.endswith("vnni"):
         raise ValueError(f"isa: {isa} has VPDPBUSD, which is exact; it has no widening path")
     return Path(isa, "widen", 512 if isa.startswith("avx512") else 256)
+
+
+def paths(isa: str) -> tuple[Path, ...]:
+    """Every path of a level: the fast one, and the widening one on non-VNNI levels."""
+    fast = fast_path(isa)
+    return (fast,) if fast.kind == "vnni" else (fast, widening_path(isa))
+
+
+def path_for(isa: str, kind: str | None = None) -> Path:
+    """The path of ``isa`` whose step is ``kind`` (None: the fast path)."""
+    fast = fast_path(isa)
+    if kind is None or kind == fast.kind:
+        return fast
+    if kind == "widen":
+        return widening_path(isa)  # says why a VNNI level has none
+    available = paths(isa)
+    if kind not in STEP_KINDS:
+        raise ValueError(f"kind: expected one of {', '.join(STEP_KINDS)} or None, got {kind!r}")
+    raise ValueError(f"kind: {isa} has no {kind} path; it has {', '.join(p.kind for p in available)}")
 
 
 def vector_register(path: Path, index: int):

@@ -28,33 +28,13 @@ from __future__ import annotations
 
 import time
 
-from jit.dot import Path, emit_bytes, emit_ones_s16, emit_step, fast_path, vector_register, widening_path
+from jit.dot import Path, emit_bytes, emit_ones_s16, emit_step, path_for, vector_register
 from runtime.isa import check_name, cpu_supports, REQUIRES
 
 SIGNATURE = "void (*)(int64_t)"
-KINDS = ("vnni", "maddubsw", "widen")
 UNROLL = 2  # steps per chain per loop iteration
 DURATION_S = 0.05  # length of one timed run
 REPEATS = 5  # timed runs; the best counts
-
-
-def peak_path(isa: str, kind: str | None = None) -> Path:
-    """The :class:`jit.dot.Path` of ``isa`` for ``kind`` (None: the fast path)."""
-    isa = check_name(isa)
-    fast = fast_path(isa)
-    if kind is None or kind == fast.kind:
-        return fast
-    if kind == "widen":
-        return widening_path(isa)
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {', '.join(KINDS)} or None, got {kind!r}")
-    raise ValueError(f"kind: {isa} has no {kind} path; it has {', '.join(kinds(isa))}")
-
-
-def kinds(isa: str) -> tuple[str, ...]:
-    """The step kinds an ISA level has: its fast path, plus ``widen`` on non-VNNI levels."""
-    fast = fast_path(isa)
-    return (fast.kind,) if fast.kind == "vnni" else (fast.kind, "widen")
 
 
 def _layout(path: Path) -> tuple[int, int]:
@@ -128,7 +108,7 @@ def peak_kernel(isa: str, kind: str | None = None):
     """
     from jit.cache import get_kernel
 
-    path = peak_path(isa, kind)
+    path = path_for(isa, kind)
     chains, _ = _layout(path)
     return get_kernel(("peak", path, chains, UNROLL), lambda: _generate(path))
 
@@ -142,7 +122,7 @@ def measure_peak(isa: str, kind: str | None = None, *, duration: float | None = 
     run counts. Raises :class:`RuntimeError` where this CPU cannot execute ``isa``.
     """
     isa = check_name(isa)
-    path = peak_path(isa, kind)
+    path = path_for(isa, kind)
     if not cpu_supports(isa):
         raise RuntimeError(f"{isa}: this CPU cannot execute the {path.name} peak loop "
                            f"(it needs {', '.join(f.upper() for f in REQUIRES[isa])})")

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from jit.dot import fast_path
+from jit.dot import fast_path, paths
 from runtime import isa as isa_mod
 from runtime.isa import LADDER, cpu_supports
 from tools import demo as demo_tool
@@ -14,12 +14,7 @@ from tools import dump_asm
 SUPPORTED = set(isa_mod.supported())
 
 
-def _kinds(isa: str) -> list[str]:
-    fast = fast_path(isa).kind
-    return [fast] if fast == "vnni" else [fast, "widen"]
-
-
-PATHS = [(isa, kind) for isa in LADDER for kind in _kinds(isa)]
+PATHS = [(path.isa, path.kind) for isa in LADDER for path in paths(isa)]
 
 
 # -- int8jit-demo ------------------------------------------------------------------------------

@@ -143,6 +143,13 @@ def fmt_mem(base, index, scale, disp):
     return "[%s%+d]" % ("+".join(parts), disp)
 
 
+def register_triples(n: int):
+    """(dst, src1, src2) over registers 0..n-1: every register in each position, in varying combinations."""
+    for i in range(n):
+        yield from ((i, (i * 7 + 3) % n, (i * 13 + 5) % n), ((i * 11) % n, i, n - 1 - i),
+                    ((i + n // 2) % n, (i * 3) % n, i))
+
+
 # --------------------------------------------------------------------------- EVEX forms
 
 
@@ -150,12 +157,9 @@ def fmt_mem(base, index, scale, disp):
 @pytest.mark.parametrize("cls", INSTRUCTIONS, ids=lambda c: c.__name__)
 def test_evex_register_forms(cls, width):
     code = expected_code(cls.__name__, width, vex=False)
-    # Every register 0-31 in each position, in varying combinations.
-    for i in range(32):
-        for dst, src1, src2 in ((i, (i * 7 + 3) % 32, (i * 13 + 5) % 32), ((i * 11) % 32, i, 31 - i),
-                                ((i + 16) % 32, (i * 3) % 32, i)):
-            ops = (vreg(width, dst), vreg(width, src1), vreg(width, src2))
-            check(f"{cls.__name__} {width}{dst}, {width}{src1}, {width}{src2}", cls(*ops), code=code, regs=ops)
+    for dst, src1, src2 in register_triples(32):
+        ops = (vreg(width, dst), vreg(width, src1), vreg(width, src2))
+        check(f"{cls.__name__} {width}{dst}, {width}{src1}, {width}{src2}", cls(*ops), code=code, regs=ops)
     # Masks k1-k7, merging and zeroing.
     for k, zeroing in itertools.product(range(1, 8), (False, True)):
         mask = R.KRegister(k)
@@ -218,12 +222,10 @@ def test_opcode_bytes_and_prefix_fields():
 @pytest.mark.parametrize("cls", INSTRUCTIONS, ids=lambda c: c.__name__)
 def test_vex_forms(cls, width):
     code = expected_code(cls.__name__, width, vex=True)
-    for i in range(16):
-        for dst, src1, src2 in ((i, (i * 7 + 3) % 16, (i * 13 + 5) % 16), ((i * 11) % 16, i, 15 - i),
-                                ((i + 8) % 16, (i * 3) % 16, i)):
-            ops = (vreg(width, dst), vreg(width, src1), vreg(width, src2))
-            check(f"{{vex}} {cls.__name__} {width}{dst}, {width}{src1}, {width}{src2}", cls(*ops, vex=True),
-                  code=code, regs=ops, vex=True)
+    for dst, src1, src2 in register_triples(16):
+        ops = (vreg(width, dst), vreg(width, src1), vreg(width, src2))
+        check(f"{{vex}} {cls.__name__} {width}{dst}, {width}{src1}, {width}{src2}", cls(*ops, vex=True),
+              code=code, regs=ops, vex=True)
     spec = WIDTHS[width][2]
     for i, (base, index, scale, disp) in enumerate(addresses(1)):
         dst, src1 = vreg(width, (i * 7) % 16), vreg(width, (i * 11 + 8) % 16)

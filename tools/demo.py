@@ -86,7 +86,8 @@ def run(out=None) -> int:
         say(f"effective ISA  none: {exc}")
     say()
 
-    from jit.demo_kernel import demo_kernel, dot4, instruction_sequence, paths
+    from jit.demo_kernel import demo_kernel, dot4, instruction_sequence
+    from jit.dot import paths
 
     u8_exact, s8_exact = exact_dot(U8_A, U8_B), exact_dot(S8_A, S8_B)
     say("Dot-product kernel, one per path (jit.demo_kernel), on the seeds' worked examples:")

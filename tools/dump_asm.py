@@ -76,9 +76,10 @@ def _isa(name: str | None) -> str:
 
 
 def _demo(args, isa: str):
-    from jit.demo_kernel import demo_kernel, demo_path, instruction_sequence
+    from jit.demo_kernel import demo_kernel, instruction_sequence
+    from jit.dot import path_for
 
-    path = demo_path(isa, args.kind)
+    path = path_for(isa, args.kind)
     kernel = demo_kernel(isa, args.kind, s8_src=args.a_type == "s8")
     header = [f"demo kernel {kernel.name}: {args.a_type}/s8 4-element dot product, path {path.name}",
               f"step: {instruction_sequence(path)}"]
@@ -86,9 +87,10 @@ def _demo(args, isa: str):
 
 
 def _peak(args, isa: str):
-    from jit.peak import ops_per_iteration, peak_kernel, peak_path
+    from jit.peak import ops_per_iteration, peak_kernel
+    from jit.dot import path_for
 
-    path = peak_path(isa, args.kind)
+    path = path_for(isa, args.kind)
     kernel = peak_kernel(isa, args.kind)
     header = [f"peak loop {kernel.name}: path {path.name}, {kernel.meta.get('chains')} chains x "
               f"{kernel.meta.get('unroll')} steps, {ops_per_iteration(path)} int8 ops per iteration"]
