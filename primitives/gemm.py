@@ -23,7 +23,8 @@ import numpy as np
 from jit.dot import Path, fast_path, widening_path
 from jit.output import OutputSpec
 from primitives.checks import check_choice, check_dim, check_int_range, check_matrix, check_vector
-from primitives.gemm_pack import PackedB, aligned_empty, pack_b
+from primitives.gemm_pack import PackedB, pack_b, saturation_proof
+from primitives.reference import op
 from runtime import isa as isa_mod
 from jit.gemm_kernel import ARGS_CDEF
 from runtime.ffi import declare, ffi, pointer_to
@@ -158,12 +159,8 @@ class Gemm:
     def _pack(self, B: np.ndarray) -> tuple[PackedB, Choice]:
         check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
                      self.N if self.transb == "N" else self.K, self.ldb)
-        from primitives.reference import op
-
         b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
             else B[: self.K, : self.N]
-        from primitives.gemm_pack import saturation_proof
-
         choice = self._decide(saturation_proof(b_kn) if self.policy == "exact" and not self.isa.endswith("vnni")
                               else (0, 0))
         return pack_b(b_kn, choice.path, choice.nr), choice
@@ -204,12 +201,8 @@ class Gemm:
         # A as the kernel reads it: row-major M x K, rows lda bytes apart, K >= 4.
         a, lda = A, self.lda
         if self.transa == "T":
-            from primitives.reference import op
-
             a, lda = np.ascontiguousarray(op(A, "T", M, K, self.lda)), K
         if K < 4:
-            from primitives.reference import op
-
             padded = np.zeros((M, 4), self.a_dtype)
             padded[:, :K] = op(a, "N", M, K, lda)
             a, lda = padded, 4
@@ -241,8 +234,6 @@ class Gemm:
         col = -ao_eff * packed.colsum + K * ao_eff * bo
         row = None
         if bo != 0:
-            from primitives.reference import op
-
             rows = op(a, "N", M, K, lda).astype(np.int64).sum(axis=1)
             row = -bo * (rows + (128 * K if self.a_type == "s8" else 0))
         col_post = row_post = None

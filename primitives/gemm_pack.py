@@ -20,7 +20,6 @@ ALIGN = 64
 
 def aligned_empty(nbytes: int, dtype=np.uint8) -> np.ndarray:
     """A zeroed 1-D array whose data starts on a 64-byte boundary."""
-    itemsize = np.dtype(dtype).itemsize
     raw = np.zeros(nbytes + ALIGN, np.uint8)
     start = (-raw.ctypes.data) % ALIGN
     return raw[start:start + nbytes].view(dtype)

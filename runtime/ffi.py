@@ -34,11 +34,6 @@ def declare(cdef: str) -> None:
         _declared.add(cdef)
 
 
-def address_of(array) -> int:
-    """Address of a numpy array's first element (no copy, no validation)."""
-    return array.__array_interface__["data"][0]
-
-
 def pointer_to(array):
     """A ``void *``-compatible cdata for a numpy array's first element (no copy).
 
