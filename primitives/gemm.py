@@ -68,6 +68,40 @@ class Choice:
     reason: str
 
 
+def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None) -> Choice:
+    """The path and tile width a GEMM with logical K x N weights ``b_kn`` takes on ``isa``.
+
+    The fast path, except for policy ``exact`` on a non-VNNI level when some column pair
+    of the weights can saturate VPMADDUBSW: then the widening path. Without weights
+    (``b_kn`` None, ``n`` columns) nothing is proven safe.
+    """
+    fast = fast_path(isa)
+    n = b_kn.shape[1] if b_kn is not None else n
+    nr = min(_NR[fast.bits], -(-n // fast.lanes))
+    if fast.kind == "vnni":
+        return Choice(fast, nr, "VPDPBUSD: exact u8*s8 dot products, no intermediate saturation")
+    if policy == "faithful":
+        return Choice(fast, nr, "faithful: VPMADDUBSW always, saturating as the hardware and oneDNN do")
+    safe, total = saturation_proof(b_kn) if b_kn is not None else (0, 0)
+    if safe == total:
+        return Choice(fast, nr, f"exact: all {total} column pairs proven safe (255*(|w0|+|w1|) <= 32767), "
+                                "fast VPMADDUBSW path")
+    return Choice(widening_path(isa), nr,
+                  f"exact: {safe} of {total} column pairs proven safe; the rest can saturate, "
+                  "widening VPMADDWD path")
+
+
+def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec):
+    """The cached kernel for a decision (generated only, never executed, here)."""
+    from jit import cache
+    from jit.gemm_kernel import choose_tile, generate
+
+    kspec = choose_tile(choice.path, s8_src, output, choice.nr)
+    kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
+    kernel.meta["kspec"] = kspec
+    return kernel
+
+
 class Gemm:
     """A reusable int8 GEMM for one problem shape (descriptor, kernels, packed B).
 
@@ -141,41 +175,19 @@ class Gemm:
         self._plan_cache: _Plan | None = None
 
     # -- creation-time decisions -------------------------------------------------------
-    def _decide(self, packed_probe) -> Choice:
-        fast = fast_path(self.isa)
-        nr = min(_NR[fast.bits], -(-self.N // fast.lanes))
-        if fast.kind == "vnni":
-            return Choice(fast, nr, "VPDPBUSD: exact u8*s8 dot products, no intermediate saturation")
-        if self.policy == "faithful":
-            return Choice(fast, nr, "faithful: VPMADDUBSW always, saturating as the hardware and oneDNN do")
-        safe, total = packed_probe
-        if safe == total:
-            return Choice(fast, nr, f"exact: all {total} column pairs proven safe (255*(|w0|+|w1|) <= 32767), "
-                                    "fast VPMADDUBSW path")
-        return Choice(widening_path(self.isa), nr,
-                      f"exact: {safe} of {total} column pairs proven safe; the rest can saturate, "
-                      "widening VPMADDWD path")
-
     def _pack(self, B: np.ndarray) -> tuple[PackedB, Choice]:
         check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
                      self.N if self.transb == "N" else self.K, self.ldb)
         b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
             else B[: self.K, : self.N]
-        choice = self._decide(saturation_proof(b_kn) if self.policy == "exact" and not self.isa.endswith("vnni")
-                              else (0, 0))
+        choice = decide(self.isa, self.policy, b_kn)
         return pack_b(b_kn, choice.path, choice.nr), choice
 
     def _kernel(self, choice: Choice, spec: OutputSpec):
         key = (choice.path, choice.nr, spec)
         kernel = self._kernels.get(key)
         if kernel is None:
-            from jit import cache
-            from jit.gemm_kernel import choose_tile, generate
-
-            kspec = choose_tile(choice.path, self.a_type == "s8", spec, choice.nr)
-            kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
-            kernel.meta["kspec"] = kspec
-            self._kernels[key] = kernel
+            kernel = self._kernels[key] = gemm_kernel(choice, self.a_type == "s8", spec)
         return kernel
 
     # -- execution ---------------------------------------------------------------------
@@ -302,7 +314,7 @@ class Gemm:
 
     def impl_info(self) -> dict:
         """Which ISA path, kernel, blocking and policy decision this GEMM uses."""
-        choice = self._choice or self._last_choice or self._decide((0, 0))
+        choice = self._choice or self._last_choice or decide(self.isa, self.policy, None, self.N)
         packed = self._packed or self._last_packed
         info = {
             "primitive": "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32",

@@ -128,34 +128,19 @@ def _gemm(args, isa: str):
 def _gemm_generated(args, isa: str, b):
     """Generate (not execute) the kernel the Gemm primitive would pick on ``isa``.
 
-    The primitive refuses an ISA the CPU lacks, so its decision is repeated here: the
-    fast path, except the widening path for policy exact on a non-VNNI level when the
-    weights can saturate VPMADDUBSW.
+    The primitive refuses an ISA the CPU lacks, so this takes its decision
+    (``primitives.gemm.decide``) and kernel (``gemm_kernel``) without executing.
     """
-    from jit import cache
-    from jit.dot import fast_path, widening_path
-    from jit.gemm_kernel import choose_tile, generate
     from jit.output import OutputSpec
-    from primitives.gemm import _NR
-    from primitives.gemm_pack import saturation_proof
+    from primitives.gemm import decide, gemm_kernel
     from runtime.cpu import cpu_info
     from runtime.isa import REQUIRES
 
     lacks = [f.upper() for f in REQUIRES[isa] if not cpu_info().has(f)]
-    fast = fast_path(isa)
-    N = args.n
-    nr = min(_NR[fast.bits], -(-N // fast.lanes))
-    path, reason = fast, "fast path"
-    if fast.kind == "maddubsw" and args.policy == "exact":
-        safe, total = saturation_proof(b)
-        if safe != total:
-            path, reason = widening_path(isa), f"exact: {safe} of {total} column pairs proven safe; widening path"
-        else:
-            reason = f"exact: all {total} column pairs proven safe; fast path"
-    elif fast.kind == "maddubsw":
-        reason = "faithful: VPMADDUBSW always"
-    kspec = choose_tile(path, args.a_type == "s8", OutputSpec(), nr)
-    kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
+    choice = decide(isa, args.policy, b)
+    path, reason = choice.path, choice.reason
+    kernel = gemm_kernel(choice, args.a_type == "s8", OutputSpec())
+    kspec = kernel.meta["kspec"]
     header = [
         f"not executable on this CPU (lacks {', '.join(lacks)}): "
         "generated and disassembled only",
