@@ -1,0 +1,409 @@
+"""The int8 pooling kernel template (forward inference, NHWC, one PeachPy generator).
+
+A kernel call computes a chunk of consecutive output rows ``(n, oh)`` of an NHWC
+tensor, with the whole loop nest in the generated code::
+
+    for each output row of the chunk:                  (n, oh), the image advances itself
+        h0, h1 = clamp(oh*SH - pad_t, 0, IH), clamp(oh*SH - pad_t + KH, 0, IH)
+        for each output pixel ow:
+            w0, w1 = the same along W
+            divisor = KH*KW (avg_include_padding) or (h1-h0)*(w1-w0) (avg_exclude_padding)
+            for each channel block (big blocks, then small blocks, then the tail):
+                acc = identity                          max: 0 (u8) / -128 (s8); avg: 0 (s32)
+                for h in h0..h1-1: for w in w0..w1-1:   only valid input: padding never read
+                    max: acc = VPMAXUB/VPMAXSB(acc, src[h][w][block])
+                    avg: acc += VPMOVZXBD/VPMOVSXBD(src[h][w][block])
+                avg: q = f32(acc) / f32(divisor)         VCVTDQ2PS, VDIVPS (IEEE, exact division
+                                                          rounded once to f32)
+                     dst f32: q;  s32: VCVTPS2DQ(q) (round to nearest even);
+                     u8/s8: VCVTPS2DQ then saturating packs (VPMOVUSDB/VPMOVSDB on AVX-512,
+                     VPACKSSDW + VPACKUSWB/VPACKSSWB + VPERMD on AVX2)
+                store dst[n][oh][ow][block]
+
+Padding is never materialised: max pooling ignores it (it is -inf), avg pooling counts it
+only in the include-padding divisor. Channel blocks: ``big`` = 4 pieces, ``small`` = 1
+piece, where a piece is one vector of bytes (max) or the bytes that widen into one
+vector of s32 (avg). The channel tail (fewer than a piece) is one masked piece on
+AVX-512 (zero-masking loads, fault suppression, masked stores) and on AVX2 a sequence of
+exact-width sub-blocks (16, 8, 4, 2, 1 bytes: VMOVDQU xmm, VMOVQ, VMOVD, VPINSRW,
+VPINSRB and the matching stores), so no byte outside the tensors is ever touched.
+
+Every size (N, C, H, W, kernel window, strides, padding) is a run-time field of the
+argument struct; the code depends only on :class:`PoolKernelSpec` (ISA, vector width,
+algorithm, source and destination types). The kernel uses the struct's ``src``, ``oh``,
+``ih_start`` and ``rows`` fields as its own state: give each concurrent call its own struct.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jit.dot import Path, fast_path, vector_constant, vector_register
+
+ARGS_CDEF = """
+struct i8j_pool_args {
+    void *src;            /* NHWC image of the chunk's first row (advanced by the kernel) */
+    void *dst;            /* the chunk's first output pixel */
+    int64_t rows;         /* output rows (n, oh) in the chunk (counted down by the kernel) */
+    int64_t oh;           /* oh of the current row (kernel state) */
+    int64_t ih_start;     /* oh*SH - pad_t of the current row (kernel state) */
+    int64_t OH; int64_t OW; int64_t IH; int64_t IW;
+    int64_t KH; int64_t KW; int64_t SH; int64_t SW;
+    int64_t pad_t; int64_t pad_l;
+    int64_t row_bytes;    /* IW*C*sizeof(src) */
+    int64_t pix_bytes;    /* C*sizeof(src) */
+    int64_t img_bytes;    /* IH*IW*C*sizeof(src) */
+    int64_t n_big; int64_t n_small; int64_t tail;   /* channel blocks; tail in channels */
+    uint64_t tail_mask;   /* AVX-512: lanes of the tail piece */
+    int64_t tail_dst_bytes;
+    float divisor;        /* avg_include_padding: KH*KW */
+};
+"""
+SIGNATURE = "void (*)(struct i8j_pool_args *)"
+FIELDS = (
+    "src", "dst", "rows", "oh", "ih_start", "OH", "OW", "IH", "IW", "KH", "KW", "SH", "SW",
+    "pad_t", "pad_l", "row_bytes", "pix_bytes", "img_bytes", "n_big", "n_small", "tail",
+    "tail_mask", "tail_dst_bytes", "divisor",
+)
+ALGS = ("max", "avg_include_padding", "avg_exclude_padding")
+SRC_TYPES = ("u8", "s8")
+DT_SIZE = {"u8": 1, "s8": 1, "s32": 4, "f32": 4}
+BIG = 4  # pieces per big block
+
+
+@dataclass(frozen=True)
+class PoolKernelSpec:
+    """Everything that shapes the generated code (the cache key, with the version)."""
+
+    isa: str
+    alg: str
+    src_dt: str
+    dst_dt: str
+
+    def __post_init__(self):
+        if self.alg not in ALGS:
+            raise ValueError(f"alg: expected one of {', '.join(ALGS)}, got {self.alg!r}")
+        if self.src_dt not in SRC_TYPES:
+            raise ValueError(f"src_dt: expected u8 or s8, got {self.src_dt!r}")
+        allowed = (self.src_dt,) if self.alg == "max" else (self.src_dt, "s32", "f32")
+        if self.dst_dt not in allowed:
+            raise ValueError(f"dst_dt: {self.alg} pooling of {self.src_dt} writes {' or '.join(allowed)}, "
+                             f"got {self.dst_dt!r}")
+        fast_path(self.isa)  # validates the ISA name
+
+    @property
+    def path(self) -> Path:
+        return fast_path(self.isa)
+
+    @property
+    def bits(self) -> int:
+        return self.path.bits
+
+    @property
+    def is_max(self) -> bool:
+        return self.alg == "max"
+
+    @property
+    def piece_channels(self) -> int:
+        """Channels per piece: a vector of bytes (max), or of s32 lanes (avg)."""
+        return self.bits // 8 if self.is_max else self.bits // 32
+
+    @property
+    def dst_size(self) -> int:
+        return DT_SIZE[self.dst_dt]
+
+    @property
+    def name(self) -> str:
+        return f"pool_{self.alg}_{self.src_dt}{self.dst_dt}_{self.isa}"
+
+    def blocks(self, channels: int) -> tuple[int, int, int]:
+        """(big blocks, small blocks, tail channels) for ``channels`` channels."""
+        piece = self.piece_channels
+        big, rest = divmod(channels, BIG * piece)
+        small, tail = divmod(rest, piece)
+        return big, small, tail
+
+
+def args_offsets() -> dict[str, int]:
+    from runtime.ffi import declare, ffi
+
+    declare(ARGS_CDEF)
+    return {f: ffi.offsetof("struct i8j_pool_args", f) for f in FIELDS}
+
+
+def generate(spec: PoolKernelSpec):
+    """Generate the kernel's code (slow: PeachPy); see ``jit.cache.get_kernel``."""
+    from jit import asm
+    from jit.build import generate as build
+
+    argument = asm.Argument(asm.ptr(asm.uint8_t), "args")
+    return build(spec.name, spec.isa, SIGNATURE, (argument,), lambda: _emit(spec, argument),
+                 meta={"spec": repr(spec)})
+
+
+def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, read top down
+    from jit import asm
+    from jit.asm import (ADD, CMOVL, CMOVNS, CMP, DEC, IMUL, INC, JE, JNE, JNZ, JZ, LABEL, LEA, MOV,
+                         NEG, SUB, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10,
+                         r11, r12, r13, r14, r15)
+
+    path = spec.path
+    wide = spec.bits == 512
+    vb = path.vector_bytes
+    off = args_offsets()
+    V = lambda i: vector_register(path, i)  # noqa: E731
+    A = lambda f: [rdi + off[f]]  # noqa: E731  argument struct field
+    acc = [V(i) for i in range(BIG)]
+    tmp = [V(4 + i) for i in range(BIG)]
+    vdiv, vinit, vperm = V(8), V(9), V(10)
+    kmask = asm.KRegister(physical_id=1)
+    avg = not spec.is_max
+    signed = spec.src_dt == "s8"
+    piece_bytes = spec.piece_channels  # source bytes per piece (1 byte per channel)
+    vmov = asm.VMOVDQU32 if wide else asm.VMOVDQU
+    vxor = asm.VPXORD if wide else asm.VPXOR
+
+    # ---------------------------------------------------------------- set-up
+    asm.LOAD.ARGUMENT(rdi, argument)
+    if spec.is_max and signed:
+        MOV(rax.as_dword, 0x80808080)
+        asm.VMOVD(vinit.as_xmm, rax.as_dword)
+        asm.VPBROADCASTD(vinit, vinit.as_xmm)
+    if spec.alg == "avg_include_padding":
+        asm.VBROADCASTSS(vdiv, asm.dword[A("divisor")[0]])
+    if wide:
+        if spec.is_max:
+            asm.KMOVQ(kmask, asm.qword[A("tail_mask")[0]])
+        else:
+            asm.KMOVW(kmask, asm.word[A("tail_mask")[0]])
+    elif avg and spec.dst_size == 1:
+        asm.VMOVDQU(vperm, vector_constant(path, [0, 4, 1, 5, 2, 6, 3, 7], "pool_pack_perm"))
+    MOV(rdx, A("dst"))
+    MOV(r10, A("pix_bytes"))
+
+    # ---------------------------------------------------------------- one channel block
+    def init(n: int) -> None:
+        for p in range(n):
+            if spec.is_max and signed:
+                vmov(acc[p], vinit)
+            else:
+                vxor(acc[p], acc[p], acc[p])
+
+    def combine(n: int, width: int | None, masked: bool) -> None:
+        """acc[p] op= piece p of src at r8; ``width``: AVX2 sub-block bytes (tail)."""
+        for p in range(n):
+            address = r8 + p * piece_bytes
+            if spec.is_max:
+                vmax = asm.VPMAXSB if signed else asm.VPMAXUB
+                if width is None and not masked:
+                    vmax(acc[p], acc[p], [address])
+                elif masked:
+                    asm.VMOVDQU8(tmp[p](kmask.z), [address])
+                    vmax(acc[p], acc[p], tmp[p])
+                else:
+                    x = tmp[p].as_xmm
+                    _load_bytes(asm, x, address, width)
+                    vmax(acc[p].as_xmm, acc[p].as_xmm, x)
+            else:
+                widen = asm.VPMOVSXBD if signed else asm.VPMOVZXBD
+                if width is None and not masked:
+                    widen(tmp[p], (asm.oword if wide else asm.qword)[address])
+                elif masked:
+                    widen(tmp[p](kmask.z), asm.oword[address])
+                else:
+                    x = tmp[p].as_xmm
+                    _load_bytes(asm, x, address, width)
+                    widen(tmp[p], x)
+                asm.VPADDD(acc[p], acc[p], tmp[p])
+
+    def finish(n: int, width: int | None, masked: bool) -> None:
+        """Divide (avg), convert and store acc[0..n) at rdx."""
+        dsz = spec.dst_size
+        if avg:
+            for p in range(n):
+                asm.VCVTDQ2PS(acc[p], acc[p])
+                asm.VDIVPS(acc[p], acc[p], vdiv)
+                if spec.dst_dt != "f32":
+                    asm.VCVTPS2DQ(acc[p], acc[p])
+        if spec.is_max:  # bytes straight from the accumulators
+            for p in range(n):
+                address = rdx + p * vb
+                if masked:
+                    asm.VMOVDQU8(asm.zword[address](kmask), acc[p])
+                elif width is None:
+                    vmov([address], acc[p])
+                else:
+                    _store_bytes(asm, address, acc[p].as_xmm, width)
+            return
+        if dsz == 4:  # s32 / f32 lanes
+            for p in range(n):
+                address = rdx + p * vb
+                if masked:
+                    asm.VMOVDQU32(asm.zword[address](kmask), acc[p])
+                elif width is None:
+                    vmov([address], acc[p])
+                else:
+                    _store_bytes(asm, address, acc[p].as_xmm, width * 4)
+            return
+        # u8 / s8 from s32 lanes: saturating packs
+        if wide:
+            down = asm.VPMOVSDB if signed else asm.VPMOVUSDB
+            for p in range(n):
+                address = rdx + p * (vb // 4)
+                if masked:
+                    down(asm.oword[address](kmask), acc[p])
+                else:
+                    down(asm.oword[address], acc[p])
+            return
+        regs = [acc[min(p, n - 1)] for p in range(BIG)]
+        asm.VPACKSSDW(tmp[0], regs[0], regs[1])
+        asm.VPACKSSDW(tmp[1], regs[2], regs[3])
+        (asm.VPACKSSWB if signed else asm.VPACKUSWB)(tmp[0], tmp[0], tmp[1])
+        asm.VPERMD(tmp[0], vperm, tmp[0])
+        if n == BIG:
+            asm.VMOVDQU([rdx], tmp[0])
+        else:
+            _store_bytes(asm, rdx, tmp[0].as_xmm, 8 if width is None else width)
+
+    def block(n: int, width: int | None = None, masked: bool = False) -> None:
+        """One channel block at rbp (src) and rdx (dst): window loops and the store."""
+        init(n)
+        h_loop, w_loop = Label(), Label()
+        MOV(rcx, rbp)
+        MOV(rsi, r11)
+        LABEL(h_loop)
+        MOV(r8, rcx)
+        MOV(r9, rbx)
+        LABEL(w_loop)
+        combine(n, width, masked)
+        ADD(r8, r10)
+        DEC(r9)
+        JNZ(w_loop)
+        ADD(rcx, A("row_bytes"))
+        DEC(rsi)
+        JNZ(h_loop)
+        finish(n, width, masked)
+
+    def block_loop(count_field: str, n: int) -> None:
+        loop, done = Label(), Label()
+        MOV(rax, A(count_field))
+        TEST(rax, rax)
+        JZ(done)
+        LABEL(loop)
+        block(n)
+        ADD(rbp, n * piece_bytes)
+        ADD(rdx, n * spec.piece_channels * spec.dst_size)
+        DEC(rax)
+        JNZ(loop)
+        LABEL(done)
+
+    # ---------------------------------------------------------------- rows and pixels
+    row_loop, pixel_loop, same_image = Label(), Label(), Label()
+    LABEL(row_loop)
+    MOV(rax, A("ih_start"))
+    XOR(rcx.as_dword, rcx.as_dword)
+    TEST(rax, rax)
+    CMOVNS(rcx, rax)                 # h0 = max(ih_start, 0)
+    ADD(rax, A("KH"))
+    MOV(r11, A("IH"))
+    CMP(rax, r11)
+    CMOVL(r11, rax)                  # h1 = min(ih_start + KH, IH)
+    SUB(r11, rcx)                    # valid window rows (>= 1, checked by the driver)
+    IMUL(rcx, A("row_bytes"))
+    MOV(r12, A("src"))
+    ADD(r12, rcx)                    # first valid window row of this output row
+    MOV(r13, A("OW"))
+    MOV(r14, A("pad_l"))
+    NEG(r14)                         # iw_start of ow = 0
+
+    LABEL(pixel_loop)
+    MOV(rax, r14)
+    XOR(rcx.as_dword, rcx.as_dword)
+    TEST(rax, rax)
+    CMOVNS(rcx, rax)                 # w0
+    ADD(rax, A("KW"))
+    MOV(rbx, A("IW"))
+    CMP(rax, rbx)
+    CMOVL(rbx, rax)
+    SUB(rbx, rcx)                    # valid window columns (>= 1)
+    IMUL(rcx, r10)
+    LEA(rbp, [r12 + rcx * 1])        # src[h0][w0][0]
+    if spec.alg == "avg_exclude_padding":
+        MOV(rax, r11)
+        IMUL(rax, rbx)
+        asm.VCVTSI2SS(vdiv.as_xmm, vdiv.as_xmm, rax)
+        asm.VBROADCASTSS(vdiv, vdiv.as_xmm)
+
+    block_loop("n_big", BIG)
+    block_loop("n_small", 1)
+    if wide:
+        no_tail = Label()
+        CMP(asm.qword[A("tail")[0]], 0)
+        JE(no_tail)
+        block(1, masked=True)
+        ADD(rdx, A("tail_dst_bytes"))
+        LABEL(no_tail)
+    else:
+        widths = [w for w in (16, 8, 4, 2, 1) if w < spec.piece_channels]
+        for w in widths:
+            skip = Label()
+            asm.TEST(asm.qword[A("tail")[0]], w)
+            JZ(skip)
+            block(1, width=w)
+            ADD(rbp, w)
+            ADD(rdx, w * spec.dst_size)
+            LABEL(skip)
+
+    ADD(r14, A("SW"))
+    DEC(r13)
+    JNZ(pixel_loop)
+
+    # next output row: oh + 1, or the next image
+    MOV(rax, A("oh"))
+    INC(rax)
+    MOV(rcx, A("ih_start"))
+    ADD(rcx, A("SH"))
+    CMP(rax, A("OH"))
+    JNE(same_image)
+    XOR(rax.as_dword, rax.as_dword)
+    MOV(rcx, A("pad_t"))
+    NEG(rcx)
+    MOV(rbx, A("img_bytes"))
+    ADD(A("src"), rbx)
+    LABEL(same_image)
+    MOV(A("oh"), rax)
+    MOV(A("ih_start"), rcx)
+    DEC(asm.qword[A("rows")[0]])
+    JNZ(row_loop)
+    asm.RETURN()
+
+
+def _load_bytes(asm, x, address, width: int) -> None:
+    """Exactly ``width`` bytes at ``address`` into the low bytes of xmm ``x``."""
+    if width == 16:
+        asm.VMOVDQU(x, [address])
+    elif width == 8:
+        asm.VMOVQ(x, asm.qword[address])
+    elif width == 4:
+        asm.VMOVD(x, asm.dword[address])
+    elif width == 2:
+        asm.VPINSRW(x, x, asm.word[address], 0)
+    elif width == 1:
+        asm.VPINSRB(x, x, asm.byte[address], 0)
+    else:  # pragma: no cover - widths come from the template
+        raise ValueError(f"width {width}")
+
+
+def _store_bytes(asm, address, x, width: int) -> None:
+    """The low ``width`` bytes of xmm ``x`` to ``address``, nothing more."""
+    if width == 16:
+        asm.VMOVDQU([address], x)
+    elif width == 8:
+        asm.VMOVQ(asm.qword[address], x)
+    elif width == 4:
+        asm.VMOVD(asm.dword[address], x)
+    elif width == 2:
+        asm.VPEXTRW(asm.word[address], x, 0)
+    elif width == 1:
+        asm.VPEXTRB(asm.byte[address], x, 0)
+    else:  # pragma: no cover - widths come from the template
+        raise ValueError(f"width {width}")
