@@ -1,0 +1,401 @@
+"""Int8 pooling, forward inference: max and average over 1-D or 2-D windows.
+
+Semantics (``primitives.pooling_ref`` is the bit-exact numpy model):
+
+* ``max``: the largest source value of the window, directly on u8/s8 (VPMAXUB /
+  VPMAXSB); padding is -inf, i.e. ignored. dst type = src type.
+* ``avg_include_padding``: ``sum / (KH*KW)``; ``avg_exclude_padding``:
+  ``sum / (number of valid input positions in the window)``. The sum is exact s32, the
+  division is f32 (``f32(sum) / f32(divisor)``, one IEEE rounding), the result rounds to
+  nearest even (VCVTPS2DQ) and saturates to the destination: dst u8/s8 = src type, or
+  s32 (the rounded average) or f32 (the quotient itself).
+
+Every output window must overlap the input (``padding_l < kernel`` and the last window
+must start inside the input): a window made only of padding has no maximum and no
+exclude-padding divisor, so such a descriptor is rejected.
+
+Layouts: NHWC / NWC (``acdb`` / ``acb``) run the kernel directly: channels are the
+vector dimension, with masked (AVX-512) or exact-width (AVX2) tails. NCHW / NCW
+(``abcd`` / ``abc``) run the same kernel through the driver: with fewer than
+``NCHW_TRANSPOSE_MIN_C`` channels the tensor is read as ``N*C`` images of one channel
+(no copy, no vectorisation over channels); otherwise the driver transposes the source to
+NHWC, pools, and transposes the result into dst (two copies). src and dst share a layout.
+
+Threads: the ``N*OH`` output rows are split into one chunk per thread, one kernel call
+per chunk; the kernel holds the whole loop nest of its chunk. Kernels are cached by
+(ISA, algorithm, source type, destination type) only: every size is a run-time value.
+
+Example::
+
+    >>> import numpy as np
+    >>> x = np.arange(16, dtype=np.uint8).reshape(1, 4, 4, 1)            # NHWC
+    >>> pool2d(x, 2, alg="max")[0, :, :, 0].tolist()
+    [[5, 7], [13, 15]]
+    >>> pool2d(x, 2, alg="avg_include_padding")[0, :, :, 0].tolist()     # 2.5 -> 2, 4.5 -> 4
+    [[2, 4], [10, 12]]
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from jit.pooling_kernel import ARGS_CDEF, PoolKernelSpec
+from primitives.memory import Memory, MemoryDesc, as_memory, bytes_desc, desc
+from runtime import isa as isa_mod
+from runtime.ffi import declare, ffi, pointer_to
+from runtime.threads import resolve_threads, run_chunks, split
+
+declare(ARGS_CDEF)
+
+ALGS = ("max", "avg_include_padding", "avg_exclude_padding")
+_ALG_ALIASES = {
+    "pooling_max": "max",
+    "pooling_avg_include_padding": "avg_include_padding",
+    "pooling_avg_exclude_padding": "avg_exclude_padding",
+}
+SRC = "src"
+DST = "dst"
+CHANNELS_LAST = {3: "acb", 4: "acdb"}
+CHANNELS_FIRST = {3: "abc", 4: "abcd"}
+NCHW_TRANSPOSE_MIN_C = 8
+_MIN_BYTES_PER_THREAD = 64 * 1024  # output+input bytes below which one more thread costs more than it gives
+
+
+def check_alg(alg) -> str:
+    if isinstance(alg, str):
+        a = _ALG_ALIASES.get(alg.strip().lower(), alg.strip().lower())
+        if a in ALGS:
+            return a
+    raise ValueError(f"alg: expected one of {', '.join(ALGS)}, got {alg!r}")
+
+
+def _ints(name: str, value, count: int, minimum: int) -> tuple[int, ...]:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value,) * count
+    if not isinstance(value, (tuple, list)) or len(value) != count:
+        raise ValueError(f"{name}: expected {count} integer(s), one per spatial dimension, got {value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+            what = "positive" if minimum == 1 else "non-negative"
+            raise ValueError(f"{name}: expected {what} integers, got {tuple(value)!r}")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _as_desc(name: str, md) -> MemoryDesc:
+    if isinstance(md, MemoryDesc):
+        return md
+    if isinstance(md, (tuple, list)) and len(md) in (2, 3):
+        try:
+            return desc(*md)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    raise TypeError(f"{name}: expected a MemoryDesc (primitives.memory.desc) or (dims, dt, tag), "
+                    f"got {type(md).__name__}")
+
+
+def _check_attr(attr) -> None:
+    if attr is None:
+        return
+    for field in ("scales", "zero_points"):
+        if getattr(attr, field, None):
+            raise ValueError(f"attr: pooling takes no {field.replace('_', ' ')}; got {getattr(attr, field)!r}")
+    post_ops = getattr(attr, "post_ops", None)
+    if post_ops is not None and len(getattr(post_ops, "entries", post_ops) or ()):
+        raise ValueError("attr: pooling takes no post-ops")
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    n: int
+    c: int
+    ih: int
+    iw: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pt: int
+    pl: int
+
+
+class PoolingDesc:
+    """A validated pooling problem: ``PoolingDesc(alg, src_desc, dst_desc, strides, kernel,
+    padding_l, padding_r, attr=None, isa=None)``; ``.create()`` gives the primitive.
+
+    ``src_desc``/``dst_desc``: :class:`primitives.memory.MemoryDesc` (or ``(dims, dt, tag)``)
+    with logical dims ``(N, C, W)`` or ``(N, C, H, W)`` and tags ``nwc``/``nhwc`` or
+    ``ncw``/``nchw``; dst's tag may be ``any`` (it then follows src). ``strides``,
+    ``kernel``, ``padding_l``, ``padding_r``: one integer per spatial dimension (or one
+    integer for all). ``isa``: a cap on the ISA ladder (default: the process's).
+    """
+
+    kind = "pooling"
+
+    def __init__(self, alg, src_desc, dst_desc, strides, kernel, padding_l, padding_r, attr=None,
+                 isa: str | None = None, threads: int | None = None):
+        self.alg = check_alg(alg)
+        src = _as_desc("src_desc", src_desc)
+        dst = _as_desc("dst_desc", dst_desc)
+        if src.ndims not in (3, 4):
+            raise ValueError(f"src_desc: expected 3 (N, C, W) or 4 (N, C, H, W) dims, got {src.dims}; "
+                             "3-D pooling (5-D tensors) is not implemented")
+        if src.dt not in ("u8", "s8"):
+            raise ValueError(f"src_desc: data type must be u8 or s8, got {src.dt!r}")
+        nd = src.ndims - 2
+        if src.tag == "any":
+            raise ValueError("src_desc: tag 'any' is not accepted for a source; use nhwc/nchw (nwc/ncw)")
+        if src.tag not in (CHANNELS_LAST[src.ndims], CHANNELS_FIRST[src.ndims]):
+            raise ValueError(f"src_desc: tag {src.tag!r} is not supported; expected "
+                             f"{CHANNELS_LAST[src.ndims]!r} (channels last) or {CHANNELS_FIRST[src.ndims]!r}")
+        kernel = _ints("kernel", kernel, nd, 1)
+        strides = _ints("strides", strides, nd, 1)
+        padding_l = _ints("padding_l", padding_l, nd, 0)
+        padding_r = _ints("padding_r", padding_r, nd, 0)
+        spatial = src.dims[2:]
+        names = ("H", "W")[-nd:]
+        outs = []
+        for d in range(nd):
+            i, k, s, pl, pr = spatial[d], kernel[d], strides[d], padding_l[d], padding_r[d]
+            if k > i + pl + pr:
+                raise ValueError(f"kernel: window {k} along {names[d]} is larger than the padded input "
+                                 f"{i} + {pl} + {pr} = {i + pl + pr}")
+            if pl >= k:
+                raise ValueError(f"padding_l: {pl} along {names[d]} is not smaller than the kernel {k}; "
+                                 "the first window would lie entirely in the padding")
+            o = (i + pl + pr - k) // s + 1
+            if (o - 1) * s - pl >= i:
+                raise ValueError(f"padding_r: {pr} along {names[d]} makes the last window (start "
+                                 f"{(o - 1) * s - pl}) lie entirely in the padding of an input of {i}")
+            outs.append(o)
+        want_dims = src.dims[:2] + tuple(outs)
+        if dst.dims != want_dims:
+            raise ValueError(f"dst_desc: dims {dst.dims} do not match the pooled shape {want_dims} "
+                             f"(src {src.dims}, kernel {kernel}, strides {strides}, padding {padding_l}/{padding_r})")
+        allowed = (src.dt,) if self.alg == "max" else (src.dt, "s32", "f32")
+        if dst.dt not in allowed:
+            raise ValueError(f"dst_desc: {self.alg} pooling of {src.dt} writes {' or '.join(allowed)}, got {dst.dt!r}")
+        if dst.tag == "any":
+            dst = dst.with_tag(src.tag)
+        elif dst.tag != src.tag:
+            raise ValueError(f"dst_desc: tag {dst.tag!r} differs from src's {src.tag!r}; pooling keeps the layout")
+        _check_attr(attr)
+        self.attr = attr
+        cap = None if isa is None else isa_mod.check_name(isa, "isa")
+        self.isa = isa_mod.effective_isa(cap)
+        self.threads = resolve_threads(threads)
+        self._src, self._dst = src, dst
+        self.kernel, self.strides, self.padding_l, self.padding_r = kernel, strides, padding_l, padding_r
+        self.channels_last = src.tag == CHANNELS_LAST[src.ndims]
+        h = (1,) if nd == 1 else ()  # 1-D: a 2-D problem of height 1
+        self._geo = _Geometry(
+            n=src.dims[0], c=src.dims[1], ih=(h + spatial)[0], iw=spatial[-1], oh=(h + tuple(outs))[0],
+            ow=outs[-1], kh=(h + kernel)[0], kw=kernel[-1], sh=(h + strides)[0], sw=strides[-1],
+            pt=padding_l[0] if nd == 2 else 0, pl=padding_l[-1])
+        self.spec = PoolKernelSpec(self.isa, self.alg, src.dt, dst.dt)
+
+    # -- queries ------------------------------------------------------------------------
+    def src_desc(self) -> MemoryDesc:
+        return self._src
+
+    def dst_desc(self) -> MemoryDesc:
+        return self._dst
+
+    def scratchpad_desc(self) -> MemoryDesc:
+        return bytes_desc(0)
+
+    def _route(self) -> str:
+        if self.channels_last:
+            return "nhwc"
+        return "nchw_as_c1" if self._geo.c < NCHW_TRANSPOSE_MIN_C else "nchw_transpose"
+
+    def impl_info(self) -> dict:
+        route = self._route()
+        why = {
+            "nhwc": "channels last: channels are the vector dimension",
+            "nchw_as_c1": f"channels first with C < {NCHW_TRANSPOSE_MIN_C}: read as N*C images of one channel, no copy",
+            "nchw_transpose": "channels first: transposed to NHWC and back around the NHWC kernel",
+        }[route]
+        return {
+            "primitive": "pooling", "alg": self.alg, "isa": self.isa, "kernel": self.spec.name,
+            "vector_bits": self.spec.bits, "src": str(self._src), "dst": str(self._dst),
+            "layout_route": route, "reason": why, "threads": self.threads,
+        }
+
+    def key(self) -> tuple:
+        return (self.kind, self.alg, self._src, self._dst, self.kernel, self.strides, self.padding_l,
+                self.padding_r, self.isa, self.threads)
+
+    def create(self) -> "Pooling":
+        return Pooling(self)
+
+    primitive = create
+
+
+def pooling_desc(alg, src_desc, dst_desc, strides, kernel, padding_l, padding_r, attr=None, isa=None,
+                 threads=None) -> PoolingDesc:
+    """Function form of :class:`PoolingDesc`."""
+    return PoolingDesc(alg, src_desc, dst_desc, strides, kernel, padding_l, padding_r, attr=attr, isa=isa,
+                       threads=threads)
+
+
+class Pooling:
+    """The pooling primitive: ``execute({"src": ..., "dst": ...})`` (ndarrays or Memory)."""
+
+    def __init__(self, pd: PoolingDesc):
+        from jit import cache
+        from jit.pooling_kernel import generate
+
+        self.pd = pd
+        spec = pd.spec
+        self.kernel = cache.get_kernel(("pooling", spec), lambda: generate(spec))
+
+    def impl_info(self) -> dict:
+        return self.pd.impl_info()
+
+    def execute(self, args: dict) -> None:
+        if not isinstance(args, dict):
+            raise TypeError(f"args: expected a dict of 'src' and 'dst', got {type(args).__name__}")
+        for name in (SRC, DST):
+            if name not in args:
+                raise ValueError(f"args: missing {name!r}")
+        extra = set(args) - {SRC, DST}
+        if extra:
+            raise ValueError(f"args: pooling takes only 'src' and 'dst', got also {sorted(extra)}")
+        src = as_memory(args[SRC], SRC, self.pd.src_desc()).array
+        dst = as_memory(args[DST], DST, self.pd.dst_desc()).array
+        if not dst.flags.writeable:
+            raise ValueError("dst: the array is read-only but is written to")
+        if np.shares_memory(src, dst):
+            raise ValueError("dst: overlaps src; pooling is not in place")
+        g = self.pd._geo
+        route = self.pd._route()
+        if route == "nhwc":
+            self._run(src, dst, g)
+        elif route == "nchw_as_c1":
+            self._run(src, dst, _Geometry(**{**g.__dict__, "n": g.n * g.c, "c": 1}))
+        else:
+            nd = src.ndim - 2
+            to_last = (0,) + tuple(range(2, 2 + nd)) + (1,)
+            s = np.ascontiguousarray(src.transpose(to_last))
+            d = np.empty(tuple(dst.shape[i] for i in to_last), dst.dtype)
+            self._run(s, d, g)
+            np.copyto(dst, d.transpose((0, nd + 1) + tuple(range(1, nd + 1))))
+
+    def _run(self, src: np.ndarray, dst: np.ndarray, g: _Geometry) -> None:
+        spec = self.pd.spec
+        dsz = dst.itemsize
+        big, small, tail = spec.blocks(g.c)
+        rows = g.n * g.oh
+        work = src.nbytes + dst.nbytes
+        threads = max(1, min(self.pd.threads, work // _MIN_BYTES_PER_THREAD))
+        src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
+        img_bytes = g.ih * g.iw * g.c
+        row_out = g.ow * g.c * dsz
+        divisor = float(g.kh * g.kw)
+        tail_mask = (1 << tail) - 1
+        structs = []
+        for begin, end in split(rows, threads):
+            s = ffi.new("struct i8j_pool_args *")
+            n0, oh0 = divmod(begin, g.oh)
+            s.src = src_ptr + n0 * img_bytes
+            s.dst = dst_ptr + begin * row_out
+            s.rows, s.oh, s.ih_start = end - begin, oh0, oh0 * g.sh - g.pt
+            s.OH, s.OW, s.IH, s.IW = g.oh, g.ow, g.ih, g.iw
+            s.KH, s.KW, s.SH, s.SW = g.kh, g.kw, g.sh, g.sw
+            s.pad_t, s.pad_l = g.pt, g.pl
+            s.row_bytes, s.pix_bytes, s.img_bytes = g.iw * g.c, g.c, img_bytes
+            s.n_big, s.n_small, s.tail = big, small, tail
+            s.tail_mask, s.tail_dst_bytes = tail_mask, tail * dsz
+            s.divisor = divisor
+            structs.append(s)
+        keep = (src, dst)  # noqa: F841 - the pointers above borrow these arrays
+        run_chunks(self.kernel.function, structs)
+
+
+def _spatial_pairs(name: str, value, nd: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """padding: an int, one per dim, or one (left, right) pair per dim."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value),) * nd, (int(value),) * nd
+    if isinstance(value, (tuple, list)) and len(value) == nd:
+        if all(isinstance(v, (tuple, list)) and len(v) == 2 for v in value):
+            return tuple(v[0] for v in value), tuple(v[1] for v in value)
+        return tuple(value), tuple(value)
+    raise ValueError(f"{name}: expected an integer, {nd} integers or {nd} (left, right) pairs, got {value!r}")
+
+
+def pool2d(x: np.ndarray, kernel, stride=None, padding=0, alg: str = "max", layout: str = "nhwc",
+           dst_dt: str | None = None, isa: str | None = None, threads: int | None = None) -> np.ndarray:
+    """numpy-style 2-D pooling of a u8/s8 array; returns a new array in the same layout.
+
+    ``x``: ``(N, H, W, C)`` for ``layout="nhwc"``, ``(N, C, H, W)`` for ``"nchw"``.
+    ``kernel``/``stride``: an int or ``(h, w)``; stride defaults to the kernel.
+    ``padding``: an int, ``(ph, pw)`` (both sides) or ``((top, bottom), (left, right))``.
+    ``alg``: ``max``, ``avg_include_padding`` or ``avg_exclude_padding``.
+    """
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"x: expected a numpy array, got {type(x).__name__}")
+    if x.ndim != 4:
+        raise ValueError(f"x: expected a 4-D array ({'N, H, W, C' if layout == 'nhwc' else 'N, C, H, W'}), "
+                         f"got shape {x.shape}")
+    if layout not in ("nhwc", "nchw"):
+        raise ValueError(f"layout: expected 'nhwc' or 'nchw', got {layout!r}")
+    if x.dtype not in (np.uint8, np.int8):
+        raise TypeError(f"x: expected dtype uint8 or int8, got {x.dtype.name}")
+    src_dt = "u8" if x.dtype == np.uint8 else "s8"
+    n, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if layout == "nhwc" else x.shape
+    kernel = _ints("kernel", kernel, 2, 1)
+    stride = kernel if stride is None else _ints("stride", stride, 2, 1)
+    pl, pr = _spatial_pairs("padding", padding, 2)
+    pl, pr = _ints("padding", pl, 2, 0), _ints("padding", pr, 2, 0)
+    out = []
+    for i, k, s, a, b, axis in ((h, kernel[0], stride[0], pl[0], pr[0], "H"), (w, kernel[1], stride[1], pl[1], pr[1], "W")):
+        if k > i + a + b:
+            raise ValueError(f"kernel: window {k} along {axis} is larger than the padded input {i} + {a} + {b}")
+        out.append((i + a + b - k) // s + 1)
+    dst_dt = dst_dt or src_dt
+    src_md = desc((n, c, h, w), src_dt, layout)
+    dst_md = desc((n, c, out[0], out[1]), dst_dt, layout)
+    pd = PoolingDesc(alg, src_md, dst_md, stride, kernel, pl, pr, isa=isa, threads=threads)
+    x = np.ascontiguousarray(x)
+    dst = Memory(pd.dst_desc())
+    pd.create().execute({SRC: Memory(src_md, x), DST: dst})
+    return dst.array
+
+
+def bench_case(n: int = 1, c: int = 64, h: int = 112, w: int = 112, kernel: int = 3, stride: int = 2,
+               padding: int = 1, alg: str = "max", src_dt: str = "u8", isa: str | None = None, threads: int = 1,
+               seed: int = 0):
+    """A ready-to-time pooling for a benchmark driver: ``(run, bytes_moved, numpy_run)``.
+
+    ``run()`` executes the int8jit primitive once on NHWC data; ``numpy_run()`` computes
+    the same result with numpy (``primitives.pooling_ref``); ``bytes_moved`` = src + dst bytes.
+    """
+    from primitives.pooling_ref import pooling_ref
+
+    rng = np.random.default_rng(seed)
+    dtype = np.uint8 if src_dt == "u8" else np.int8
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, (n, h, w, c), dtype=dtype)
+    oh, ow = (h + 2 * padding - kernel) // stride + 1, (w + 2 * padding - kernel) // stride + 1
+    pd = PoolingDesc(alg, desc((n, c, h, w), src_dt, "nhwc"), desc((n, c, oh, ow), src_dt, "nhwc"), stride, kernel,
+                     padding, padding, isa=isa, threads=threads)
+    prim = pd.create()
+    y = np.empty((n, oh, ow, c), dtype)
+    args = {SRC: x, DST: y}
+
+    def run():
+        prim.execute(args)
+
+    def numpy_run():
+        return pooling_ref(x, alg, (kernel, kernel), (stride, stride), (padding, padding), (padding, padding))
+
+    return run, x.nbytes + y.nbytes, numpy_run
+
+
+__all__ = ["ALGS", "PoolingDesc", "Pooling", "pooling_desc", "pool2d", "check_alg", "bench_case"]
