@@ -1,0 +1,128 @@
+"""Verbose mode: one CSV line to stderr per primitive creation, execution or dispatch decision.
+
+``INT8JIT_VERBOSE`` (read at every call, so it can change while a process runs):
+
+=================  ===============================================================
+unset, ``0``       nothing
+``1`` / ``all``    a ``create`` line per primitive creation and an ``exec`` line per execution
+``create``         only creation lines; ``exec``: only execution lines
+``dispatch``       creation and execution lines, plus a ``dispatch`` line per
+                   implementation a primitive descriptor rejected, saying why
+=================  ===============================================================
+
+Several values may be combined with commas (``create,dispatch``). The lines are::
+
+    int8jit_verbose,create,<primitive>,<impl>,<isa>,<descs>,<attrs>,<ms>
+    int8jit_verbose,exec,<primitive>,<impl>,<isa>,<descs>,<attrs>,<ms>
+    int8jit_verbose,dispatch,<primitive>,<impl>,<reason>
+
+``<descs>`` lists ``name:dt:tag:dims`` entries separated by spaces (e.g.
+``src:u8:ab:128x768 weights:s8:packed:768x768 dst:s8:ab:128x768``), ``<attrs>`` the
+non-default attributes, ``<ms>`` the wall time in milliseconds. Commas inside a
+field are written as ``;`` so every line splits into the same number of fields.
+``INT8JIT_VERBOSE_TIMESTAMP=1`` inserts a time stamp (milliseconds since the epoch)
+as the second field, as ``ONEDNN_VERBOSE_TIMESTAMP`` does.
+
+Example::
+
+    >>> import os, sys, io
+    >>> os.environ["INT8JIT_VERBOSE"] = "dispatch"
+    >>> err, sys.stderr = sys.stderr, io.StringIO()
+    >>> dispatch("matmul", "avx2_vnni", "CPU lacks AVX-VNNI")
+    >>> text, sys.stderr = sys.stderr.getvalue(), err
+    >>> del os.environ["INT8JIT_VERBOSE"]
+    >>> text
+    'int8jit_verbose,dispatch,matmul,avx2_vnni,CPU lacks AVX-VNNI\\n'
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import warnings
+
+ENV = "INT8JIT_VERBOSE"
+ENV_TIMESTAMP = "INT8JIT_VERBOSE_TIMESTAMP"
+PREFIX = "int8jit_verbose"
+KINDS = ("create", "exec", "dispatch")
+
+_TOKENS: dict[str, frozenset[str]] = {
+    "": frozenset(), "0": frozenset(), "none": frozenset(), "off": frozenset(),
+    "1": frozenset({"create", "exec"}), "all": frozenset({"create", "exec"}),
+    "2": frozenset(KINDS),
+    "create": frozenset({"create"}), "profile_create": frozenset({"create"}),
+    "exec": frozenset({"exec"}), "profile_exec": frozenset({"exec"}),
+    "profile": frozenset({"create", "exec"}),
+    "dispatch": frozenset(KINDS),
+}
+_lock = threading.Lock()  # one line at a time, even from several threads
+_warned: set[str] = set()
+_parsed: tuple[str, frozenset[str]] = ("", frozenset())
+
+
+def flags() -> frozenset[str]:
+    """The kinds of line ``INT8JIT_VERBOSE`` asks for now."""
+    global _parsed
+    raw = os.environ.get(ENV, "")
+    if raw == _parsed[0]:  # the common case: unchanged since the last call
+        return _parsed[1]
+    out: set[str] = set()
+    for token in raw.lower().replace("+", ",").split(","):
+        token = token.strip()
+        if token in _TOKENS:
+            out |= _TOKENS[token]
+        elif token not in _warned:
+            # A typo must not break the computation it was meant to observe: warn once.
+            _warned.add(token)
+            warnings.warn(f"{ENV}: unknown value {token!r} ignored; expected 0, 1, all, create, exec or "
+                          "dispatch (comma-separated)", RuntimeWarning, stacklevel=3)
+    result = frozenset(out)
+    _parsed = (raw, result)
+    return result
+
+
+def enabled(kind: str) -> bool:
+    """Whether lines of ``kind`` (``create``, ``exec``, ``dispatch``) are printed now."""
+    return kind in flags()
+
+
+def _field(value: object) -> str:
+    text = "" if value is None else str(value)
+    return text.replace(",", ";").replace("\n", " ").replace("\r", " ")
+
+
+def emit(kind: str, *fields: object) -> None:
+    """Print ``int8jit_verbose,<kind>,<fields...>`` to ``sys.stderr`` if ``kind`` is enabled."""
+    if kind not in flags():
+        return
+    head = [PREFIX]
+    if os.environ.get(ENV_TIMESTAMP, "").strip() not in ("", "0"):
+        head.append(f"{time.time() * 1e3:.3f}")
+    line = ",".join(head + [kind] + [_field(f) for f in fields])
+    with _lock:
+        # Looked up at each call: pytest's capsys and callers may swap sys.stderr.
+        print(line, file=sys.stderr, flush=True)
+
+
+def _record(kind: str, primitive: str, impl: str, isa: str | None, descs: str, attrs: str, ms: float) -> None:
+    emit(kind, primitive, impl, isa or "-", descs, attrs, f"{ms:.4f}")
+
+
+def create(primitive: str, impl: str, isa: str | None, descs: str, attrs: str, ms: float) -> None:
+    """The line for one primitive creation (``ms``: time to create it)."""
+    _record("create", primitive, impl, isa, descs, attrs, ms)
+
+
+def execution(primitive: str, impl: str, isa: str | None, descs: str, attrs: str, ms: float) -> None:
+    """The line for one execution (``ms``: wall time of the execution)."""
+    _record("exec", primitive, impl, isa, descs, attrs, ms)
+
+
+def dispatch(primitive: str, impl: str, reason: str) -> None:
+    """Say why a primitive descriptor rejected implementation ``impl`` (``INT8JIT_VERBOSE=dispatch``)."""
+    emit("dispatch", primitive, impl, reason)
+
+
+__all__ = ["ENV", "ENV_TIMESTAMP", "PREFIX", "KINDS", "flags", "enabled", "emit", "create", "execution",
+           "dispatch"]
