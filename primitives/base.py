@@ -1,0 +1,359 @@
+"""Base classes of every primitive: a descriptor that validates and chooses, a primitive that runs.
+
+A :class:`PrimitiveDesc` subclass validates its descriptors and attributes in its
+constructor (raising errors that name the offending argument), chooses an
+implementation, records its memory descriptors with :meth:`PrimitiveDesc._set_desc`
+(or overrides the queries) and builds its :class:`Primitive` in
+``_create_primitive()``. :meth:`PrimitiveDesc.create` goes through the primitive
+cache, so an identical descriptor (same :meth:`PrimitiveDesc.key`) returns the same
+primitive object, kernels included.
+
+A :class:`Primitive` subclass implements ``_execute(mem, scratchpad)``.
+:meth:`Primitive.execute` has already
+
+* checked that ``args`` holds every argument the descriptor needs (:meth:`PrimitiveDesc.exec_arg_names`)
+  and nothing else, naming the missing or unexpected one,
+* wrapped each ndarray in a :class:`~primitives.memory.Memory` (no copy) checked
+  against the descriptor's query for that name, and each output checked writable,
+* turned ``scales:<arg>`` / ``zero_points:<arg>`` into contiguous f32 / s32 arrays of
+  exactly the count the attribute's mask asks for (:func:`~primitives.attr.check_scales`),
+* found the scratchpad: with scratchpad mode ``user``, ``args["scratchpad"]`` must
+  hold at least ``scratchpad_desc().nbytes`` bytes; with ``library`` the primitive
+  allocates one buffer per thread, once, so one primitive may run on several threads
+  at once. ``_execute`` gets it as a flat ``uint8`` array of exactly the bytes asked
+  for, or ``None`` when the descriptor needs none.
+
+It then times the call and prints a verbose line (``INT8JIT_VERBOSE``).
+
+Example, a primitive that adds one to a u8 tensor::
+
+    >>> import numpy as np
+    >>> from primitives.memory import desc
+    >>> class AddOneDesc(PrimitiveDesc):
+    ...     kind = "add_one"
+    ...     def __init__(self, src_md, attr=None):
+    ...         super().__init__(attr)
+    ...         self._set_desc("src", src_md)
+    ...         self._set_desc("dst", src_md)
+    ...     def _create_primitive(self):
+    ...         return AddOne(self)
+    >>> class AddOne(Primitive):
+    ...     def _execute(self, mem, scratchpad):
+    ...         np.add(mem["src"].array, 1, out=mem["dst"].array)
+    >>> pd = AddOneDesc(desc((2, 3), "u8", "ab"))
+    >>> prim = pd.create()
+    >>> dst = np.zeros((2, 3), np.uint8)
+    >>> prim.execute({"src": np.full((2, 3), 41, np.uint8), "dst": dst})
+    >>> int(dst[1, 2]), pd.create() is prim
+    (42, True)
+    >>> prim.execute({"src": dst})
+    Traceback (most recent call last):
+    ...
+    ValueError: args: missing argument 'dst' (u8:ab:2x3) for add_one; it takes dst, src
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Hashable, Mapping
+
+import numpy as np
+
+from primitives import primitive_cache, verbose
+from primitives.attr import (BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Attr, check_scales,
+                             check_zero_points, expected_count)
+from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc
+
+_TENSOR_ARGS = (SRC, WEIGHTS, BIAS, DST)
+_S32 = (-(2 ** 31), 2 ** 31 - 1)
+
+
+class PrimitiveDesc:
+    """What a primitive computes and how: descriptors, attributes, ISA and the chosen implementation.
+
+    Subclasses set ``kind`` (``"matmul"``, ...), call ``super().__init__(attr, isa)``,
+    and implement ``_create_primitive()`` (or set ``primitive_class``). Anything that
+    changes what the primitive computes but is not a query'd descriptor, the attributes
+    or the ISA must be returned by ``_key_extra()``, or the cache would confuse two
+    different descriptors; set ``cacheable = False`` to bypass the cache.
+    """
+
+    kind: str = "primitive"
+    cacheable: bool = True
+    primitive_class: type | None = None
+    attr: Attr
+    isa: str | None = None
+    scratchpad_nbytes: int = 0  # bytes of scratchpad the implementation needs
+
+    def __init__(self, attr: Attr | None = None, isa: str | None = None) -> None:
+        if attr is None:
+            attr = Attr()
+        elif not isinstance(attr, Attr):
+            raise TypeError(f"attr: expected an Attr or None, got {type(attr).__name__}")
+        # A copy, as oneDNN does: the caller may change or reuse its Attr afterwards.
+        self.attr = attr.copy()
+        self.isa = isa
+        self._descs: dict[str, MemoryDesc] = {}
+        self.create_ms: float | None = None
+
+    # -- descriptors --------------------------------------------------------------------
+    def _set_desc(self, name: str, md: MemoryDesc | None) -> None:
+        """Record the (concrete) descriptor of argument ``name`` for the queries."""
+        if md is not None and not isinstance(md, MemoryDesc):
+            raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
+        if md is None:
+            self._descs.pop(name, None)
+        else:
+            self._descs[name] = md
+
+    def _desc(self, name: str) -> MemoryDesc | None:
+        return getattr(self, "_descs", {}).get(name)
+
+    def src_desc(self) -> MemoryDesc | None:
+        return self._desc(SRC)
+
+    def weights_desc(self) -> MemoryDesc | None:
+        return self._desc(WEIGHTS)
+
+    def bias_desc(self) -> MemoryDesc | None:
+        return self._desc(BIAS)
+
+    def dst_desc(self) -> MemoryDesc | None:
+        return self._desc(DST)
+
+    def scratchpad_desc(self) -> MemoryDesc:
+        """The scratchpad's size as a 1-D ``u8`` descriptor (``dims == (0,)`` when none is needed).
+
+        Unlike oneDNN, this reports the bytes needed in both scratchpad modes; in
+        ``library`` mode they are what each executing thread holds.
+        """
+        return bytes_desc(int(self.scratchpad_nbytes))
+
+    def _attr(self) -> Attr:
+        return getattr(self, "attr", None) or Attr()
+
+    def query(self, name: str) -> MemoryDesc | None:
+        """The descriptor of an execute argument, by name (``"src"``, ``"post_op:0:src_1"``...)."""
+        if name == SRC:
+            return self.src_desc()
+        if name == WEIGHTS:
+            return self.weights_desc()
+        if name == BIAS:
+            return self.bias_desc()
+        if name == DST:
+            return self.dst_desc()
+        if name == SCRATCHPAD:
+            return self.scratchpad_desc()
+        attr = self._attr()
+        binary = attr.post_ops.binary_args()
+        if name in binary:
+            return binary[name]
+        kind, _, arg = name.partition(":")
+        table = attr.scales if kind == "scales" else attr.zero_points if kind == "zero_points" else {}
+        if arg in table:
+            md = self.query(arg)
+            if md is not None:
+                return MemoryDesc((expected_count(table[arg], md.dims),), "f32" if kind == "scales" else "s32", "a")
+        return self._desc(name)
+
+    # -- execute arguments -----------------------------------------------------------------
+    def exec_arg_names(self) -> tuple[str, ...]:
+        """The arguments ``execute`` requires (scratchpad aside).
+
+        Default: src, weights, bias, dst where the query is not None, each scales and
+        zero-points argument the attributes ask for, and each binary post-op operand.
+        """
+        names = [n for n in _TENSOR_ARGS if self.query(n) is not None]
+        attr = self._attr()
+        names += [f"scales:{a}" for a in attr.scales]
+        names += [f"zero_points:{a}" for a in attr.zero_points]
+        names += list(attr.post_ops.binary_args())
+        return tuple(names)
+
+    def optional_arg_names(self) -> tuple[str, ...]:
+        """Arguments ``execute`` accepts but does not require (none by default)."""
+        return ()
+
+    def output_names(self) -> tuple[str, ...]:
+        """Arguments written by ``execute`` (checked writable)."""
+        return (DST,)
+
+    def zero_point_range(self, arg: str) -> tuple[int, int]:
+        """Allowed zero points of ``arg`` (s32 by default)."""
+        return _S32
+
+    # -- implementation -----------------------------------------------------------------
+    def impl_info(self) -> dict[str, Any]:
+        """Which implementation was chosen and why; subclasses add their details."""
+        return {"kind": self.kind, "impl": type(self).__name__, "isa": self.isa}
+
+    def impl_name(self) -> str:
+        info = self.impl_info() or {}
+        for k in ("impl", "name", "kernel"):
+            if info.get(k):
+                return str(info[k])
+        return type(self).__name__
+
+    def _verbose_desc(self) -> str:
+        """The descs field of verbose lines; override to add the problem's own terms."""
+        parts = []
+        for name in _TENSOR_ARGS:
+            md = self.query(name)
+            if md is not None:
+                parts.append(f"{name}:{md.verbose_str()}")
+        return " ".join(parts)
+
+    # -- caching and creation ---------------------------------------------------------
+    def _key_extra(self) -> Hashable:
+        """Whatever else distinguishes two descriptors of this class (none by default)."""
+        return ()
+
+    def key(self) -> tuple:
+        """Hashable identity: class, kind, the queried descriptors, attributes, ISA, extras."""
+        cls = type(self)
+        descs = tuple((n, self.query(n)) for n in _TENSOR_ARGS)
+        return (cls.__module__, cls.__qualname__, self.kind, descs, self.scratchpad_desc(),
+                self._attr().key(), self.isa, self._key_extra())
+
+    def _create_primitive(self) -> "Primitive":
+        if self.primitive_class is None:
+            raise NotImplementedError(f"{type(self).__name__} implements neither _create_primitive() "
+                                      "nor primitive_class")
+        return self.primitive_class(self)
+
+    def _build(self) -> "Primitive":
+        prim = self._create_primitive()
+        if not isinstance(prim, Primitive):
+            raise TypeError(f"{type(self).__name__}._create_primitive() returned {type(prim).__name__}, "
+                            "expected a Primitive")
+        if getattr(prim, "pd", None) is None:
+            prim.pd = self
+        return prim
+
+    def create(self) -> "Primitive":
+        """The primitive for this descriptor: from the primitive cache when an identical one exists."""
+        t0 = time.perf_counter()
+        if self.cacheable:
+            prim, _hit = primitive_cache.get_or_create(self.key(), self._build)
+        else:
+            prim = self._build()
+        self.create_ms = (time.perf_counter() - t0) * 1e3
+        if verbose.enabled("create"):
+            verbose.create(self.kind, self.impl_name(), self.isa, self._verbose_desc(),
+                           self._attr().verbose_str(), self.create_ms)
+        return prim
+
+    primitive = create
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.kind} {self.impl_name()} isa={self.isa} {self._verbose_desc()}>"
+
+
+class Primitive:
+    """An executable primitive; subclasses implement ``_execute(mem, scratchpad)``."""
+
+    def __init__(self, pd: PrimitiveDesc) -> None:
+        if not isinstance(pd, PrimitiveDesc):
+            raise TypeError(f"pd: expected a PrimitiveDesc, got {type(pd).__name__}")
+        self.pd = pd
+        # Library-mode scratchpads, one per executing thread.
+        self._local = threading.local()
+        self.last_exec_ms: float | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.pd.kind
+
+    def _verbose_desc(self) -> str:
+        return self.pd._verbose_desc()
+
+    def _execute(self, mem: dict[str, Memory], scratchpad: np.ndarray | None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not implement _execute")
+
+    # -- argument handling ------------------------------------------------------------
+    def _convert(self, name: str, value: Any) -> Memory:
+        pd = self.pd
+        kind, _, arg = name.partition(":")
+        attr = pd._attr()
+        if kind in ("scales", "zero_points") and arg:
+            table = attr.scales if kind == "scales" else attr.zero_points
+            md = pd.query(arg)
+            values = value.array if isinstance(value, Memory) else value
+            if kind == "scales":
+                checked = check_scales(name, values, table[arg], md.dims)
+            else:
+                lo, hi = pd.zero_point_range(arg)
+                checked = check_zero_points(name, values, table[arg], md.dims, lo, hi)
+            return as_memory(checked, name)
+        return as_memory(value, name, pd.query(name))
+
+    def _scratchpad(self, args: Mapping[str, Any]) -> np.ndarray | None:
+        pd = self.pd
+        need = pd.scratchpad_desc().nbytes
+        mode = pd._attr().scratchpad_mode
+        if mode == "user":
+            if SCRATCHPAD not in args:
+                if need == 0:
+                    return None
+                raise ValueError(f"args: missing argument 'scratchpad' ({need} bytes, scratchpad_mode 'user') "
+                                 f"for {pd.kind}")
+            buf = args[SCRATCHPAD]
+            array = buf.array if isinstance(buf, Memory) else buf
+            if not isinstance(array, np.ndarray):
+                raise TypeError(f"scratchpad: expected a Memory or a numpy array, got {type(buf).__name__}")
+            if not array.flags.c_contiguous:
+                raise ValueError(f"scratchpad: expected a contiguous buffer, got strides {array.strides}")
+            if not array.flags.writeable:
+                raise ValueError("scratchpad: the buffer is read-only; the primitive writes to it")
+            if array.nbytes < need:
+                raise ValueError(f"scratchpad: buffer of {array.nbytes} bytes is smaller than the {need} bytes "
+                                 f"scratchpad_desc() asks for")
+            return None if need == 0 else array.reshape(-1).view(np.uint8)[:need]
+        if SCRATCHPAD in args:
+            raise ValueError(f"scratchpad: passed to a primitive whose scratchpad_mode is 'library'; "
+                             "pass none, or create it with Attr(scratchpad_mode='user')")
+        if need == 0:
+            return None
+        buf = getattr(self._local, "scratchpad", None)
+        if buf is None or buf.nbytes != need:
+            buf = aligned_zeros(need, np.uint8)
+            self._local.scratchpad = buf
+        return buf
+
+    def execute(self, args: Mapping[str, Memory | np.ndarray]) -> None:
+        """Run the primitive on ``args`` (name -> Memory or numpy array); see the module docstring."""
+        pd = self.pd
+        if not isinstance(args, Mapping):
+            raise TypeError(f"args: expected a dict of argument name -> Memory or numpy array, "
+                            f"got {type(args).__name__}")
+        required = pd.exec_arg_names()
+        accepted = set(required) | set(pd.optional_arg_names())
+        for name in args:
+            if not isinstance(name, str):
+                raise TypeError(f"args: argument names are strings such as 'src', got {name!r}")
+            if name not in accepted and name != SCRATCHPAD:
+                raise ValueError(f"args: unexpected argument {name!r} for {pd.kind}; it takes "
+                                 f"{', '.join(sorted(accepted)) or 'no arguments'}")
+        for name in required:
+            if name not in args:
+                md = pd.query(name)
+                what = f" ({md})" if md is not None else ""
+                raise ValueError(f"args: missing argument {name!r}{what} for {pd.kind}; it takes "
+                                 f"{', '.join(sorted(accepted))}")
+        mem = {name: self._convert(name, value) for name, value in args.items() if name != SCRATCHPAD}
+        for name in pd.output_names():
+            if name in mem and not mem[name].array.flags.writeable:
+                raise ValueError(f"{name}: the array is read-only but the primitive writes to it")
+        scratchpad = self._scratchpad(args)
+        t0 = time.perf_counter()
+        self._execute(mem, scratchpad)
+        ms = (time.perf_counter() - t0) * 1e3
+        self.last_exec_ms = ms
+        if verbose.enabled("exec"):
+            verbose.execution(pd.kind, pd.impl_name(), pd.isa, self._verbose_desc(), pd._attr().verbose_str(), ms)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self.pd!r}>"
+
+
+__all__ = ["PrimitiveDesc", "Primitive"]
