@@ -254,6 +254,15 @@ class Pooling:
         self.pd = pd
         spec = pd.spec
         self.kernel = cache.get_kernel(("pooling", spec), lambda: generate(spec))
+        self._fn = self.kernel.function
+        self._src_md, self._dst_md = pd.src_desc(), pd.dst_desc()
+        self._src_shape, self._dst_shape = self._src_md.physical_shape, self._dst_md.physical_shape
+        self._src_dtype, self._dst_dtype = self._src_md.numpy_dtype, self._dst_md.numpy_dtype
+        g = pd._geo
+        route = pd._route()
+        self._route = route
+        run_geo = _Geometry(**{**g.__dict__, "n": g.n * g.c, "c": 1}) if route == "nchw_as_c1" else g
+        self._chunks = self._plan(run_geo)
 
     def impl_info(self) -> dict:
         return self.pd.impl_info()
@@ -267,55 +276,66 @@ class Pooling:
         extra = set(args) - {SRC, DST}
         if extra:
             raise ValueError(f"args: pooling takes only 'src' and 'dst', got also {sorted(extra)}")
-        src = as_memory(args[SRC], SRC, self.pd.src_desc()).array
-        dst = as_memory(args[DST], DST, self.pd.dst_desc()).array
+        src = self._array(args[SRC], SRC, self._src_md, self._src_shape, self._src_dtype)
+        dst = self._array(args[DST], DST, self._dst_md, self._dst_shape, self._dst_dtype)
         if not dst.flags.writeable:
             raise ValueError("dst: the array is read-only but is written to")
-        if np.shares_memory(src, dst):
+        if np.may_share_memory(src, dst):  # both dense: bounds that overlap share bytes
             raise ValueError("dst: overlaps src; pooling is not in place")
-        g = self.pd._geo
-        route = self.pd._route()
-        if route == "nhwc":
-            self._run(src, dst, g)
-        elif route == "nchw_as_c1":
-            self._run(src, dst, _Geometry(**{**g.__dict__, "n": g.n * g.c, "c": 1}))
+        if self._route != "nchw_transpose":
+            self._run(src, dst)
         else:
             nd = src.ndim - 2
             to_last = (0,) + tuple(range(2, 2 + nd)) + (1,)
             s = np.ascontiguousarray(src.transpose(to_last))
             d = np.empty(tuple(dst.shape[i] for i in to_last), dst.dtype)
-            self._run(s, d, g)
+            self._run(s, d)
             np.copyto(dst, d.transpose((0, nd + 1) + tuple(range(1, nd + 1))))
 
-    def _run(self, src: np.ndarray, dst: np.ndarray, g: _Geometry) -> None:
-        spec = self.pd.spec
-        dsz = dst.itemsize
+    @staticmethod
+    def _array(x, name: str, md: MemoryDesc, shape, dtype) -> np.ndarray:
+        """The physical C-contiguous array of an argument (fast path for the common case)."""
+        if type(x) is np.ndarray and x.shape == shape and x.dtype == dtype and x.flags.c_contiguous:
+            return x
+        return as_memory(x, name, md).array
+
+    def _plan(self, g: _Geometry) -> list:
+        """Per thread chunk: the argument struct's bytes (pointers zero) and the pointer offsets."""
+        spec, pd = self.pd.spec, self.pd
+        dsz = self._dst_md.itemsize
         big, small, tail = spec.blocks(g.c)
         rows = g.n * g.oh
-        work = src.nbytes + dst.nbytes
-        threads = max(1, min(self.pd.threads, work // _MIN_BYTES_PER_THREAD))
-        src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
+        work = self._src_md.nbytes + self._dst_md.nbytes
+        threads = max(1, min(pd.threads, work // _MIN_BYTES_PER_THREAD))
         img_bytes = g.ih * g.iw * g.c
         row_out = g.ow * g.c * dsz
-        divisor = float(g.kh * g.kw)
-        tail_mask = (1 << tail) - 1
-        structs = []
+        chunks = []
         for begin, end in split(rows, threads):
             s = ffi.new("struct i8j_pool_args *")
             n0, oh0 = divmod(begin, g.oh)
-            s.src = src_ptr + n0 * img_bytes
-            s.dst = dst_ptr + begin * row_out
             s.rows, s.oh, s.ih_start = end - begin, oh0, oh0 * g.sh - g.pt
             s.OH, s.OW, s.IH, s.IW = g.oh, g.ow, g.ih, g.iw
             s.KH, s.KW, s.SH, s.SW = g.kh, g.kw, g.sh, g.sw
             s.pad_t, s.pad_l = g.pt, g.pl
             s.row_bytes, s.pix_bytes, s.img_bytes = g.iw * g.c, g.c, img_bytes
             s.n_big, s.n_small, s.tail = big, small, tail
-            s.tail_mask, s.tail_dst_bytes = tail_mask, tail * dsz
-            s.divisor = divisor
+            s.tail_mask, s.tail_dst_bytes = (1 << tail) - 1, tail * dsz
+            s.divisor = float(g.kh * g.kw)
+            chunks.append((bytes(ffi.buffer(s)), n0 * img_bytes, begin * row_out))
+        return chunks
+
+    def _run(self, src: np.ndarray, dst: np.ndarray) -> None:
+        # A fresh struct per chunk and call: the kernel keeps its row state in it, so two
+        # threads may execute one primitive at once.
+        src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
+        structs = []
+        for template, src_off, dst_off in self._chunks:
+            s = ffi.new("struct i8j_pool_args *")
+            ffi.memmove(s, template, len(template))
+            s.src = src_ptr + src_off
+            s.dst = dst_ptr + dst_off
             structs.append(s)
-        keep = (src, dst)  # noqa: F841 - the pointers above borrow these arrays
-        run_chunks(self.kernel.function, structs)
+        run_chunks(self._fn, structs)
 
 
 def _spatial_pairs(name: str, value, nd: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -1,0 +1,253 @@
+"""Int8 pooling: bit-exact against primitives.pooling_ref on every executable ISA path.
+
+Hypothesis draws shapes (channels 1..130, so every tail width of both vector sizes
+and the big/small channel blocks; spatial 1..20; kernels 1..5; strides 1..3; asymmetric
+padding), both layouts, u8/s8 and every algorithm and destination type. Hand-made cases
+pin the documented rounding (ties to even) and the padding rules independently of the
+reference; guard pages prove no byte outside src or dst is touched; bad input raises
+before any kernel runs. Nothing here is timed.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from primitives.memory import Memory, desc
+from primitives.pooling import ALGS, NCHW_TRANSPOSE_MIN_C, PoolingDesc, pool2d, pooling_desc
+from primitives.pooling_ref import out_size, pooling_ref
+
+EXAMPLES = int(os.environ.get("INT8JIT_TEST_EXAMPLES", "30"))
+DTYPES = {"u8": np.uint8, "s8": np.int8}
+
+
+def random_src(rng, shape, dt):
+    info = np.iinfo(DTYPES[dt])
+    return rng.integers(info.min, info.max + 1, shape, dtype=DTYPES[dt])
+
+
+def run_case(isa, dt, alg, layout, n, c, spatial, kernel, strides, pl, pr, dst_dt=None, threads=1, seed=0):
+    """Pool random data with the primitive and the reference; return both (layout order)."""
+    rng = np.random.default_rng(seed)
+    nd = len(spatial)
+    last = layout in ("nhwc", "nwc")
+    x_last = random_src(rng, (n,) + tuple(spatial) + (c,), dt)
+    outs = tuple(out_size(spatial[d], kernel[d], strides[d], pl[d], pr[d]) for d in range(nd))
+    want = pooling_ref(x_last, alg, kernel, strides, pl, pr, dst_dt)
+    to_first = (0, nd + 1) + tuple(range(1, nd + 1))
+    x = x_last if last else np.ascontiguousarray(x_last.transpose(to_first))
+    if not last:
+        want = want.transpose(to_first)
+    dst_dt = dst_dt or dt
+    pd = pooling_desc(alg, desc((n, c) + tuple(spatial), dt, layout), desc((n, c) + outs, dst_dt, "any"),
+                      strides, kernel, pl, pr, isa=isa, threads=threads)
+    y = Memory(pd.dst_desc())
+    pd.create().execute({"src": x, "dst": y})
+    return y.array, want
+
+
+def valid_geometry(i, k, s, pl, pr):
+    return k <= i + pl + pr and pl < k and (out_size(i, k, s, pl, pr) - 1) * s - pl < i
+
+
+@st.composite
+def cases(draw):
+    nd = draw(st.sampled_from((2, 2, 2, 1)))
+    spatial, kernel, strides, pl, pr = [], [], [], [], []
+    for _ in range(nd):
+        i = draw(st.integers(1, 20))
+        k = draw(st.integers(1, 5))
+        s = draw(st.integers(1, 3))
+        a = draw(st.integers(0, k - 1))
+        b = draw(st.integers(0, k - 1))
+        assume(valid_geometry(i, k, s, a, b))
+        spatial.append(i); kernel.append(k); strides.append(s); pl.append(a); pr.append(b)  # noqa: E702
+    alg = draw(st.sampled_from(ALGS))
+    dt = draw(st.sampled_from(("u8", "s8")))
+    dst_dt = None if alg == "max" else draw(st.sampled_from((None, None, "s32", "f32")))
+    layout = draw(st.sampled_from(("nhwc", "nchw") if nd == 2 else ("nwc", "ncw")))
+    c = draw(st.one_of(st.integers(1, 130), st.sampled_from((1, 3, 8, 16, 31, 64, 65, 129))))
+    n = draw(st.integers(1, 2))
+    return dict(dt=dt, alg=alg, layout=layout, n=n, c=c, spatial=tuple(spatial), kernel=tuple(kernel),
+                strides=tuple(strides), pl=tuple(pl), pr=tuple(pr), dst_dt=dst_dt,
+                threads=draw(st.sampled_from((1, 1, 2))), seed=draw(st.integers(0, 2**16)))
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.filter_too_much])
+@given(case=cases())
+def test_property_matches_reference(isa_path, case):
+    got, want = run_case(isa_path, **case)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("alg", ALGS)
+@pytest.mark.parametrize("dt", ("u8", "s8"))
+def test_every_channel_tail(isa_path, alg, dt):
+    """Channel counts that hit every block and tail width of ymm and zmm, deterministically."""
+    for c in (1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 127, 128, 129, 192, 255, 256,
+              257, 300):
+        got, want = run_case(isa_path, dt, alg, "nhwc", 1, c, (5, 6), (3, 2), (2, 1), (1, 0), (1, 1), seed=c)
+        np.testing.assert_array_equal(got, want, err_msg=f"C={c}")
+
+
+@pytest.mark.parametrize("dst_dt", ("s32", "f32"))
+def test_avg_wide_destinations(isa_path, dst_dt):
+    for alg in ALGS[1:]:
+        for dt in ("u8", "s8"):
+            got, want = run_case(isa_path, dt, alg, "nhwc", 2, 37, (7, 9), (3, 3), (2, 2), (1, 1), (1, 1), dst_dt)
+            np.testing.assert_array_equal(got, want)
+
+
+def test_rounding_ties_to_even(isa_path):
+    """Averages of two values: .5 goes to the even neighbour (VCVTPS2DQ), in u8 and s8."""
+    pairs_u8 = [(1, 2, 2), (2, 3, 2), (0, 1, 0), (254, 255, 254), (253, 254, 254), (0, 0, 0)]
+    x = np.array([[[[a, b] for a, b, _ in pairs_u8]]], np.uint8).transpose(0, 1, 3, 2)  # (1, 1, 2, C)
+    y = pool2d(x, (1, 2), alg="avg_include_padding", isa=isa_path)
+    assert y.reshape(-1).tolist() == [r for _, _, r in pairs_u8]
+    pairs_s8 = [(-1, -2, -2), (-2, -3, -2), (-128, -127, -128), (127, 126, 126), (-1, 0, 0), (-1, 2, 0)]
+    x = np.array([[[[a, b] for a, b, _ in pairs_s8]]], np.int8).transpose(0, 1, 3, 2)
+    y = pool2d(x, (1, 2), alg="avg_exclude_padding", isa=isa_path)
+    assert y.reshape(-1).tolist() == [r for _, _, r in pairs_s8]
+    # f32 destination keeps the quotient; s32 rounds it
+    y = pool2d(x, (1, 2), alg="avg_exclude_padding", dst_dt="f32", isa=isa_path)
+    assert y.reshape(-1).tolist() == [-1.5, -2.5, -127.5, 126.5, -0.5, 0.5]
+
+
+def test_padding_rules(isa_path):
+    """Max ignores padding (all-negative s8 stays negative); avg modes differ in the divisor."""
+    x = np.full((1, 3, 3, 5), -100, np.int8)
+    y = pool2d(x, 3, stride=1, padding=1, alg="max", isa=isa_path)
+    assert np.all(y == -100)
+    x = np.full((1, 3, 3, 5), 90, np.uint8)
+    inc = pool2d(x, 3, stride=1, padding=1, alg="avg_include_padding", isa=isa_path)[0, :, :, 0]
+    exc = pool2d(x, 3, stride=1, padding=1, alg="avg_exclude_padding", isa=isa_path)[0, :, :, 0]
+    assert np.all(exc == 90)
+    # corners: 4 valid of 9 -> 40; edges: 6 of 9 -> 60; centre 90
+    assert inc.tolist() == [[40, 60, 40], [60, 90, 60], [40, 60, 40]]
+
+
+def test_kernels_cached_by_structure():
+    """Different sizes reuse one kernel: the key holds no size."""
+    a = PoolingDesc("max", desc((1, 5, 7, 7), "u8", "nhwc"), desc((1, 5, 3, 3), "u8", "nhwc"), 2, 3, 0, 0)
+    b = PoolingDesc("max", desc((2, 70, 9, 4), "u8", "nhwc"), desc((2, 70, 9, 2), "u8", "nhwc"), (1, 2), (1, 2),
+                    0, 0)
+    assert a.create().kernel is b.create().kernel
+    assert "pool_max_u8u8" in a.impl_info()["kernel"]
+
+
+def test_threads_agree(isa_path):
+    outs = [run_case(isa_path, "s8", "avg_exclude_padding", "nhwc", 3, 19, (13, 11), (3, 3), (2, 2), (1, 1),
+                     (1, 1), threads=t, seed=5)[0] for t in (1, 2, 3, 7)]
+    for o in outs[1:]:
+        np.testing.assert_array_equal(outs[0], o)
+
+
+@pytest.mark.parametrize("c", (NCHW_TRANSPOSE_MIN_C - 1, NCHW_TRANSPOSE_MIN_C))
+def test_nchw_routes(c):
+    pd = PoolingDesc("max", desc((2, c, 6, 6), "u8", "nchw"), desc((2, c, 3, 3), "u8", "nchw"), 2, 2, 0, 0)
+    assert pd.impl_info()["layout_route"] == ("nchw_as_c1" if c < NCHW_TRANSPOSE_MIN_C else "nchw_transpose")
+    got, want = run_case(None, "u8", "max", "nchw", 2, c, (6, 6), (2, 2), (2, 2), (0, 0), (0, 0))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("alg", ALGS)
+@pytest.mark.parametrize("c", (1, 13, 64, 70))
+def test_guard_pages(isa_path, guarded, alg, c):
+    """src and dst flush against PROT_NONE pages, after and before: no stray access."""
+    rng = np.random.default_rng(c)
+    n, h, w, k, s, p = 2, 7, 5, 3, 2, 1
+    oh, ow = out_size(h, k, s, p, p), out_size(w, k, s, p, p)
+    x = random_src(rng, (n, h, w, c), "s8")
+    want = pooling_ref(x, alg, (k, k), (s, s), (p, p), (p, p))
+    pd = pooling_desc(alg, desc((n, c, h, w), "s8", "nhwc"), desc((n, c, oh, ow), "s8", "nhwc"), s, k, p, p,
+                      isa=isa_path, threads=1)
+    prim = pd.create()
+    for where in ("end", "start"):
+        src = guarded(x.size, np.int8, where)
+        src[:] = x.reshape(-1)
+        dst = guarded(want.size, np.int8, where)
+        dst[:] = 0
+        prim.execute({"src": src.reshape(x.shape), "dst": dst.reshape(want.shape)})
+        np.testing.assert_array_equal(dst.reshape(want.shape), want)
+
+
+# ---------------------------------------------------------------------- bad input
+
+def _pd(**kw):
+    args = dict(alg="max", src_desc=desc((1, 4, 6, 6), "u8", "nhwc"), dst_desc=desc((1, 4, 3, 3), "u8", "nhwc"),
+                strides=2, kernel=2, padding_l=0, padding_r=0)
+    args.update(kw)
+    return PoolingDesc(**args)
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(alg="avg"), "alg"),
+    (dict(kernel=(7, 7), dst_desc=desc((1, 4, 1, 1), "u8", "nhwc")), "kernel"),
+    (dict(kernel=0), "kernel"),
+    (dict(strides=0), "strides"),
+    (dict(strides=(1, 2, 3)), "strides"),
+    (dict(padding_l=-1), "padding_l"),
+    (dict(padding_r=(0, -2)), "padding_r"),
+    (dict(padding_l=2, dst_desc=desc((1, 4, 4, 4), "u8", "nhwc")), "padding_l"),
+    (dict(kernel=3, strides=1, padding_r=3, dst_desc=desc((1, 4, 7, 7), "u8", "nhwc")), "padding_r"),
+    (dict(dst_desc=desc((1, 4, 3, 4), "u8", "nhwc")), "dst_desc"),
+    (dict(dst_desc=desc((1, 4, 3, 3), "s8", "nhwc")), "dst_desc"),
+    (dict(dst_desc=desc((1, 4, 3, 3), "s32", "nhwc")), "dst_desc"),
+    (dict(dst_desc=desc((1, 4, 3, 3), "u8", "nchw")), "dst_desc"),
+    (dict(src_desc=desc((1, 4, 6, 6), "f32", "nhwc")), "src_desc"),
+    (dict(src_desc=desc((1, 4, 6, 6), "u8", "any")), "src_desc"),
+    (dict(src_desc=desc((1, 4, 6, 6), "u8", "abdc")), "src_desc"),
+    (dict(src_desc=desc((1, 4, 6, 6, 6), "u8", "ndhwc")), "src_desc"),
+    (dict(src_desc="nhwc"), "src_desc"),
+    (dict(isa="sse4"), "isa"),
+    (dict(attr=type("A", (), {"scales": {"src": 0}})()), "attr"),
+])
+def test_bad_descriptor(kw, name):
+    with pytest.raises((ValueError, TypeError), match=rf"^{name}\b"):
+        _pd(**kw)
+
+
+def test_bad_execute_arguments():
+    prim = _pd().create()
+    x = np.zeros((1, 6, 6, 4), np.uint8)
+    y = np.zeros((1, 3, 3, 4), np.uint8)
+    prim.execute({"src": x, "dst": y})
+    with pytest.raises(ValueError, match="^args"):
+        prim.execute({"src": x})
+    with pytest.raises(ValueError, match="^args"):
+        prim.execute({"src": x, "dst": y, "weights": x})
+    with pytest.raises(TypeError, match="^src"):
+        prim.execute({"src": x.view(np.int8), "dst": y})
+    with pytest.raises(ValueError, match="^src"):
+        prim.execute({"src": np.zeros((1, 6, 6, 5), np.uint8), "dst": y})
+    with pytest.raises(ValueError, match="^dst"):
+        prim.execute({"src": x, "dst": np.zeros((1, 3, 4, 4), np.uint8)})
+    ro = y.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="^dst"):
+        prim.execute({"src": x, "dst": ro})
+    big = np.zeros(200, np.uint8)
+    with pytest.raises(ValueError, match="^dst: overlaps"):
+        prim.execute({"src": big[:144].reshape(1, 6, 6, 4), "dst": big[100:136].reshape(1, 3, 3, 4)})
+
+
+def test_bad_pool2d_arguments():
+    x = np.zeros((1, 4, 4, 3), np.uint8)
+    with pytest.raises(ValueError, match="^kernel"):
+        pool2d(x, 7)
+    with pytest.raises(ValueError, match="^layout"):
+        pool2d(x, 2, layout="chwn")
+    with pytest.raises(TypeError, match="^x"):
+        pool2d(x.astype(np.float32), 2)
+    with pytest.raises(ValueError, match="^x"):
+        pool2d(x[0], 2)
+    with pytest.raises(ValueError, match="^padding"):
+        pool2d(x, 2, padding=-1)
+    with pytest.raises(ValueError, match="^stride"):
+        pool2d(x, 2, stride=0)
