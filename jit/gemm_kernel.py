@@ -22,25 +22,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jit.dot import Path, emit_bytes, emit_ones_s16, emit_step, vector_constant, vector_register
-from jit.output import OutputContext, OutputSpec, emit_output, output_registers_needed
+from jit.output import (OUTPUT_FIELDS, OutputContext, OutputSpec, args_cdef_fields, emit_output,
+                        output_registers_needed)
 
 ARGS_CDEF = """
 struct i8j_gemm_args {
     void *a; int64_t lda;                 /* u8 or s8, rows lda bytes apart */
     void *b; int64_t b_tile_stride;       /* packed s8 (or s16) tiles */
-    void *c; int64_t ldc;                 /* s32, rows ldc bytes apart */
+    void *c; int64_t ldc;                 /* dst, rows ldc bytes apart */
     int64_t m; int64_t n;
     int64_t k_groups; int64_t k_tail_back; int64_t k_tail_shift;
-    void *col_comp; void *row_comp;       /* s32 per column / per row */
-    void *col_post; void *row_post;       /* f32 per column / per row */
-    float alpha; float beta;
+    %s                                    /* the output stage's (jit.output) */
 };
-"""
+""" % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_gemm_args *)"
-FIELDS = (
-    "a", "lda", "b", "b_tile_stride", "c", "ldc", "m", "n", "k_groups", "k_tail_back",
-    "k_tail_shift", "col_comp", "row_comp", "col_post", "row_post", "alpha", "beta",
-)
+FIELDS = ("a", "lda", "b", "b_tile_stride", "c", "ldc", "m", "n", "k_groups", "k_tail_back",
+          "k_tail_shift") + OUTPUT_FIELDS
 MAX_MR = 6  # two A/C row bases of three rows each
 
 
@@ -95,7 +92,7 @@ class GemmKernelSpec:
     @property
     def name(self) -> str:
         src = "s8" if self.s8_src else "u8"
-        return f"gemm_{src}s8s32_{self.path.isa}_{self.path.kind}_{self.mr}x{self.nr}"
+        return f"gemm_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}_{self.mr}x{self.nr}"
 
 
 def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = MAX_MR) -> GemmKernelSpec:
@@ -244,7 +241,12 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     MOV(rax, [args + off["a"]])
     MOV(r8, [args + off["lda"]])
     MOV(r10, [args + off["c"]])
-    ADD(r10, r14)
+    if spec.output.dst_bytes == 4:
+        ADD(r10, r14)
+    else:  # r14 counts columns * 4; the dst has one byte per column
+        MOV(rbp, r14)
+        asm.SHR(rbp, 2)
+        ADD(r10, rbp)
     MOV(r11, [args + off["ldc"]])
     MOV(r12, [args + off["m"]])
     XOR(r15.as_dword, r15.as_dword)

@@ -1,21 +1,31 @@
 """The output pipeline: from s32 accumulators to the destination, written once.
 
-Every kernel that accumulates int8 products ends in this code. For the s32 GEMM
-(oneDNN's ``C = alpha * (A - ao)(B - bo) + beta * C + co``) the stage computes, per
-accumulator lane (row m, column n)::
+Every kernel that accumulates int8 products (GEMM, matmul, inner product, convolution)
+ends in this code. Per accumulator lane (row m, column n) it computes::
 
-    v = acc + col_comp[n] (+ row_comp[m])            int32, wrapping
-    integer mode (alpha == 1, beta in {0, 1}):
-        v = v (+ C_old)                               int32, wrapping; co folded in comps
-    float mode (anything else):
-        f = f32(v) * alpha
-        f = f + f32(C_old) * beta                     if beta != 0
-        f = f + col_post[n]  /  f = f + row_post[m]   co in f32, if given
-        v = cvt_round_nearest_even(clamp(f, -2^31, 2147483520.0))
+    v = acc + col_comp[n] (+ row_comp[m])         int32, wrapping (s8 shift, zero points)
+    integer mode (no float stage):
+        v = v (+ dst_old)                         int32, wrapping; stored as s32
+    float mode:
+        f = f32(v) * scale                        scale: one value or one per column
+        f = f + bias                              bias: one per column or one per row (f32)
+        for each post-op, in order:
+            eltwise  f = alg(f)                                  (jit.eltwise)
+            sum      f = f + scale_i * (f32(dst_old) - zp_i)      (run-time scale_i, zp_i)
+            binary   f = f <op> src1   src1 f32: common, per column, per row or full
+        f = f / dst_scale                         if a dst scale is given
+        f = f + dst_zp                            one value or one per column
+        dst = convert(f):  f32 as is; s32 / s8 / u8: clamp to the type's range in f32
+              (s32: [-2^31, 2147483520]), then round to nearest even (VCVTPS2DQ)
 
-Stores are masked by the number of valid columns, so tails never touch memory past
-the end of a row. ``primitives.reference.output_stage`` is the numpy model of exactly
-these operations, in this order.
+Each operation is one IEEE f32 instruction (no FMA, no approximations), so
+``primitives.reference.output_pipeline`` reproduces the bits in numpy. The clamp is
+``x < hi ? x : hi`` then ``x > lo ? x : lo`` (VMINPS/VMAXPS operand order), which sends
+NaN to the type's upper bound. Stores, dst reads and full/per-column binary operands
+are masked by the number of valid columns, so tails never touch memory past a row's
+end; AVX2 has no byte-masked store, so u8/s8 tails go out through a GPR in 4/2/1-byte
+pieces. Per-column scale, bias and dst zero point are padded by the driver to whole
+tiles and read unmasked.
 """
 from __future__ import annotations
 
@@ -25,6 +35,32 @@ from jit.dot import Path, vector_constant
 
 INT32_UPPER_F32 = 2147483520.0  # largest f32 below 2**31
 INT32_LOWER_F32 = -2147483648.0
+DST_TYPES = ("s32", "f32", "u8", "s8")
+DST_RANGE = {"s32": (INT32_LOWER_F32, INT32_UPPER_F32), "u8": (0.0, 255.0), "s8": (-128.0, 127.0)}
+DST_BYTES = {"s32": 4, "f32": 4, "u8": 1, "s8": 1}
+BROADCASTS = ("common", "col", "row", "full")
+BINARY_ALGS = ("add", "mul", "max", "min", "sub", "div")
+MAX_POST_OPS = 8
+
+
+@dataclass(frozen=True)
+class EltwiseOp:
+    alg: str
+    alpha: float = 0.0
+    beta: float = 0.0
+
+
+@dataclass(frozen=True)
+class SumOp:
+    """dst += scale * (dst_old - zero_point); scale and zero point are run-time values."""
+
+    dt: str  # how the old dst is read (the dst type, or one of the same size)
+
+
+@dataclass(frozen=True)
+class BinaryOp:
+    alg: str
+    broadcast: str  # "common" | "col" | "row" | "full"; the operand is f32
 
 
 @dataclass(frozen=True)
@@ -33,19 +69,75 @@ class OutputSpec:
 
     row_comp: bool = False
     float_mode: bool = False
-    beta: bool = False
-    co_col: bool = False  # float mode only: f32 per-column (or fixed) offset
-    co_row: bool = False  # float mode only: f32 per-row offset
+    accumulate: bool = False  # integer mode: dst += old dst (GEMM with beta == 1)
+    scale: str = "none"  # "none" | "common" | "col"
+    bias: str = "none"  # "none" | "col" | "row"
+    post_ops: tuple = ()  # EltwiseOp | SumOp | BinaryOp
+    dst_scale: bool = False
+    dst_zp: str = "none"  # "none" | "common" | "col"
+    dst_dt: str = "s32"
 
     def __post_init__(self):
-        if (self.co_col or self.co_row) and not self.float_mode:
-            raise ValueError("co in the output stage is f32 and needs float mode; fold it into comps")
+        if self.dst_dt not in DST_TYPES:
+            raise ValueError(f"dst_dt: expected one of {', '.join(DST_TYPES)}, got {self.dst_dt!r}")
+        if self.scale not in ("none", "common", "col"):
+            raise ValueError(f"scale: expected 'none', 'common' or 'col', got {self.scale!r}")
+        if self.bias not in ("none", "col", "row"):
+            raise ValueError(f"bias: expected 'none', 'col' or 'row', got {self.bias!r}")
+        if self.dst_zp not in ("none", "common", "col"):
+            raise ValueError(f"dst_zp: expected 'none', 'common' or 'col', got {self.dst_zp!r}")
+        if len(self.post_ops) > MAX_POST_OPS:
+            raise ValueError(f"post_ops: at most {MAX_POST_OPS} post-ops, got {len(self.post_ops)}")
+        for op in self.post_ops:
+            if isinstance(op, SumOp):
+                if DST_BYTES.get(op.dt) != DST_BYTES[self.dst_dt]:
+                    raise ValueError(f"sum dt: {op.dt!r} must have the size of the dst type {self.dst_dt}")
+            elif isinstance(op, BinaryOp):
+                if op.alg not in BINARY_ALGS or op.broadcast not in BROADCASTS:
+                    raise ValueError(f"binary post-op: unknown {op!r}")
+            elif not isinstance(op, EltwiseOp):
+                raise ValueError(f"post_ops: unknown entry {op!r}")
+        needs_float = (self.scale != "none" or self.bias != "none" or self.post_ops or self.dst_scale
+                       or self.dst_zp != "none" or self.dst_dt != "s32")
+        if needs_float and not self.float_mode:
+            raise ValueError("scales, bias, post-ops, dst scale/zero point and non-s32 dst need float mode")
+        if self.accumulate and self.float_mode:
+            raise ValueError("accumulate is the integer-mode sum; in float mode use a sum post-op")
+
+    @property
+    def dst_bytes(self) -> int:
+        return DST_BYTES[self.dst_dt]
+
+
+def _eltwise():
+    from jit import eltwise
+
+    return eltwise
+
+
+def _temps(spec: OutputSpec) -> int:
+    """Temporaries: one for loads, a second for sum/binary operands; eltwise's reuse them."""
+    if not spec.float_mode:
+        return 1
+    elt = [_eltwise().temps_needed(op.alg) for op in spec.post_ops if isinstance(op, EltwiseOp)]
+    return max([2] + elt)
 
 
 def output_registers_needed(path: Path, spec: OutputSpec, nr: int) -> int:
     """Vector registers the stage takes from the kernel's free ones."""
     masks = nr if path.bits == 256 else 0  # AVX-512 masks live in k1..k7
-    return masks + 1 + (1 if spec.float_mode else 0) + (1 if spec.float_mode and spec.beta else 0)
+    return masks + _temps(spec)
+
+
+def args_cdef_fields() -> str:
+    """The output stage's fields of a kernel's argument struct (C declarations)."""
+    return (f"void *col_comp; void *row_comp; void *scale; void *bias; void *dst_zp; float dst_scale; "
+            f"float po_scale[{MAX_POST_OPS}]; float po_zp[{MAX_POST_OPS}]; void *po_src[{MAX_POST_OPS}]; "
+            f"int64_t po_ld[{MAX_POST_OPS}];")
+
+
+OUTPUT_FIELDS = ("col_comp", "row_comp", "scale", "bias", "dst_zp", "dst_scale", "po_scale", "po_zp", "po_src",
+                 "po_ld")
 
 
 @dataclass
@@ -59,92 +151,253 @@ class OutputContext:
     col_bytes: object  # GPR: current tile's first column * 4
     row_bytes: object  # GPR: current row block's first row * 4
     n_left: object  # GPR: valid columns from the tile's first column on
-    c_row: list  # callables i -> memory address of row i of the C block
+    c_row: list  # callables i -> memory address of row i of the dst block (tile column included)
     free_vectors: list  # vector registers the stage may use
     free_gprs: list  # GPRs the stage may use (at least 4)
 
 
 def emit_output(ctx: OutputContext, acc, rows: int, nr: int) -> None:
     """Emit the stage for an ``rows x nr`` block of accumulators ``acc[i][v]``."""
-    from jit import asm
+    _Stage(ctx, nr).emit(acc, rows)
 
-    path, spec = ctx.path, ctx.spec
-    lanes, vb = path.lanes, path.vector_bytes
-    wide = path.bits == 512
-    free = list(ctx.free_vectors)
-    col_base, row_base, post_col_base, post_row_base = ctx.free_gprs[:4]
 
-    # Column masks: lane j of vector v is valid when v*lanes + j < n_left.
-    bcast_n = free.pop()
-    if wide:
-        asm.VPBROADCASTD(bcast_n, ctx.n_left.as_dword)
-        masks = [asm.KRegister(physical_id=1 + v) for v in range(nr)]
-    else:
-        asm.VMOVD(bcast_n.as_xmm, ctx.n_left.as_dword)
-        asm.VPBROADCASTD(bcast_n, bcast_n.as_xmm)
-        masks = [free.pop() for _ in range(nr)]
-    for v in range(nr):
-        iota = vector_constant(path, range(v * lanes, (v + 1) * lanes), f"col_iota{v}")
-        if wide:
-            # PeachPy encodes VPCMPGTD k, ... as k{k}: the old mask would filter the new
-            # one, so set it to all ones first.
-            asm.KXNORW(masks[v], masks[v], masks[v])
-        asm.VPCMPGTD(masks[v], bcast_n, iota)
-    free.append(bcast_n)
-    tmp = free.pop()
+class _Stage:
+    def __init__(self, ctx: OutputContext, nr: int):
+        from jit import asm
 
-    def load_c(dst, address, v):
-        if wide:
-            asm.VMOVDQU32(dst(masks[v].z), [address])
+        self.asm, self.ctx, self.nr = asm, ctx, nr
+        self.path, self.spec = ctx.path, ctx.spec
+        self.wide = ctx.path.bits == 512
+        self.vb, self.lanes = ctx.path.vector_bytes, ctx.path.lanes
+        self.free = list(ctx.free_vectors)
+        self.g, self.t, self.val, self.addr = ctx.free_gprs[:4]
+
+    # -- small helpers -------------------------------------------------------------------
+    def field(self, name: str, index: int = 0, size: int = 8):
+        return self.ctx.args + (self.ctx.offsets[name] + index * size)
+
+    def base(self, name: str, index: int = 0):
+        """Load a pointer field of the argument struct into the scratch GPR."""
+        self.asm.MOV(self.g, [self.field(name, index)])
+        return self.g
+
+    def const(self, value: float, name: str):
+        return vector_constant(self.path, [float(value)], name)
+
+    def broadcast(self, dst, address) -> None:
+        self.asm.VBROADCASTSS(dst, self.asm.dword[address])
+
+    def masked_load(self, dst, address, v) -> None:
+        """32-bit lanes from memory, zero beyond the valid columns (no fault past them)."""
+        if self.wide:
+            self.asm.VMOVUPS(dst(self.masks[v].z), [address])
         else:
-            asm.VPMASKMOVD(dst, masks[v], [address])
+            self.asm.VMASKMOVPS(dst, self.masks[v], [address])
 
-    def store_c(address, src, v):
-        if wide:
-            asm.VMOVDQU32(asm.zword[address](masks[v]), src)
+    def masked_store(self, address, src, v) -> None:
+        if self.wide:
+            self.asm.VMOVUPS(self.asm.zword[address](self.masks[v]), src)
         else:
-            asm.VPMASKMOVD([address], masks[v], src)
+            self.asm.VMASKMOVPS([address], self.masks[v], src)
 
-    asm.MOV(col_base, [ctx.args + ctx.offsets["col_comp"]])
-    if spec.row_comp:
-        asm.MOV(row_base, [ctx.args + ctx.offsets["row_comp"]])
-    if spec.float_mode:
-        alpha = free.pop()
-        asm.VBROADCASTSS(alpha, asm.dword[ctx.args + ctx.offsets["alpha"]])
-        if spec.beta:
-            beta = free.pop()
-            asm.VBROADCASTSS(beta, asm.dword[ctx.args + ctx.offsets["beta"]])
-        if spec.co_col:
-            asm.MOV(post_col_base, [ctx.args + ctx.offsets["col_post"]])
-        if spec.co_row:
-            asm.MOV(post_row_base, [ctx.args + ctx.offsets["row_post"]])
+    # -- masks -----------------------------------------------------------------------------
+    def emit_masks(self) -> None:
+        asm, nr = self.asm, self.nr
+        bcast_n = self.free.pop()
+        if self.wide:
+            asm.VPBROADCASTD(bcast_n, self.ctx.n_left.as_dword)
+            self.masks = [asm.KRegister(physical_id=1 + v) for v in range(nr)]
+        else:
+            asm.VMOVD(bcast_n.as_xmm, self.ctx.n_left.as_dword)
+            asm.VPBROADCASTD(bcast_n, bcast_n.as_xmm)
+            self.masks = [self.free.pop() for _ in range(nr)]
+        for v in range(nr):
+            iota = vector_constant(self.path, range(v * self.lanes, (v + 1) * self.lanes), f"col_iota{v}")
+            if self.wide:
+                # PeachPy encodes VPCMPGTD k, ... as k{k}: the old mask would filter the new
+                # one, so set it to all ones first.
+                asm.KXNORW(self.masks[v], self.masks[v], self.masks[v])
+            asm.VPCMPGTD(self.masks[v], bcast_n, iota)
+        self.free.append(bcast_n)
 
-    for v in range(nr):
-        for i in range(rows):
-            a = acc[i][v]
-            c_address = ctx.c_row(i) + v * vb
-            asm.VPADDD(a, a, [col_base + ctx.col_bytes * 1 + v * vb])
-            if spec.row_comp:
-                asm.VPBROADCASTD(tmp, asm.dword[row_base + ctx.row_bytes * 1 + 4 * i])
+    # -- the stage -------------------------------------------------------------------------
+    def emit(self, acc, rows: int) -> None:
+        self.emit_masks()
+        self.tmp = self.free.pop()
+        if self.spec.float_mode:
+            self.tmp2 = self.free.pop()
+        for v in range(self.nr):
+            for i in range(rows):
+                self.one(acc[i][v], i, v)
+
+    def one(self, a, i: int, v: int) -> None:
+        asm, spec, ctx, vb, tmp = self.asm, self.spec, self.ctx, self.vb, self.tmp
+        col = ctx.col_bytes * 1 + v * vb
+        asm.VPADDD(a, a, [self.base("col_comp") + col])
+        if spec.row_comp:
+            asm.VPBROADCASTD(tmp, asm.dword[self.base("row_comp") + ctx.row_bytes * 1 + 4 * i])
+            asm.VPADDD(a, a, tmp)
+        if not spec.float_mode:
+            if spec.accumulate:
+                self.masked_load(tmp, ctx.c_row(i) + v * vb, v)
                 asm.VPADDD(a, a, tmp)
-            if not spec.float_mode:
-                if spec.beta:
-                    load_c(tmp, c_address, v)
-                    asm.VPADDD(a, a, tmp)
+            self.masked_store(ctx.c_row(i) + v * vb, a, v)
+            return
+        asm.VCVTDQ2PS(a, a)
+        if spec.scale == "common":
+            self.broadcast(tmp, self.base("scale"))
+            asm.VMULPS(a, a, tmp)
+        elif spec.scale == "col":
+            asm.VMULPS(a, a, [self.base("scale") + col])
+        if spec.bias == "col":
+            asm.VADDPS(a, a, [self.base("bias") + col])
+        elif spec.bias == "row":
+            self.broadcast(tmp, self.base("bias") + ctx.row_bytes * 1 + 4 * i)
+            asm.VADDPS(a, a, tmp)
+        for index, op in enumerate(spec.post_ops):
+            if isinstance(op, EltwiseOp):
+                self.eltwise(a, op, index)
+            elif isinstance(op, SumOp):
+                self.load_dst(tmp, i, v, op.dt)
+                self.broadcast(self.tmp2, self.field("po_zp", index, 4))
+                asm.VSUBPS(tmp, tmp, self.tmp2)
+                self.broadcast(self.tmp2, self.field("po_scale", index, 4))
+                asm.VMULPS(tmp, tmp, self.tmp2)
+                asm.VADDPS(a, a, tmp)
             else:
-                asm.VCVTDQ2PS(a, a)
-                asm.VMULPS(a, a, alpha)
-                if spec.beta:
-                    load_c(tmp, c_address, v)
-                    asm.VCVTDQ2PS(tmp, tmp)
-                    asm.VMULPS(tmp, tmp, beta)
-                    asm.VADDPS(a, a, tmp)
-                if spec.co_col:
-                    asm.VADDPS(a, a, [post_col_base + ctx.col_bytes * 1 + v * vb])
-                if spec.co_row:
-                    asm.VBROADCASTSS(tmp, asm.dword[post_row_base + ctx.row_bytes * 1 + 4 * i])
-                    asm.VADDPS(a, a, tmp)
-                asm.VMINPS(a, a, vector_constant(path, [INT32_UPPER_F32], "s32_upper"))
-                asm.VMAXPS(a, a, vector_constant(path, [INT32_LOWER_F32], "s32_lower"))
-                asm.VCVTPS2DQ(a, a)
-            store_c(c_address, a, v)
+                self.binary(a, op, index, i, v)
+        if spec.dst_scale:
+            self.broadcast(tmp, self.field("dst_scale"))
+            asm.VDIVPS(a, a, tmp)
+        if spec.dst_zp == "common":
+            self.broadcast(tmp, self.base("dst_zp"))
+            asm.VADDPS(a, a, tmp)
+        elif spec.dst_zp == "col":
+            asm.VADDPS(a, a, [self.base("dst_zp") + col])
+        self.store(a, i, v)
+
+    def eltwise(self, a, op: EltwiseOp, index: int) -> None:
+        elt = _eltwise()
+        temps = [self.tmp, self.tmp2] + self.free[: max(0, elt.temps_needed(op.alg) - 2)]
+        elt.emit_eltwise(self.path, op.alg, op.alpha, op.beta, a, temps, f"po{index}")
+
+    def binary(self, a, op: BinaryOp, index: int, i: int, v: int) -> None:
+        asm, ctx, src1 = self.asm, self.ctx, self.tmp2
+        col = ctx.col_bytes * 1 + v * self.vb
+        if op.broadcast == "common":
+            self.broadcast(src1, self.base("po_src", index))
+        elif op.broadcast == "row":
+            self.broadcast(src1, self.base("po_src", index) + ctx.row_bytes * 1 + 4 * i)
+        elif op.broadcast == "col":
+            self.masked_load(src1, self.base("po_src", index) + col, v)
+        else:  # full: row (first row + i) of an M x N f32 operand, po_ld bytes apart
+            g = self.g
+            asm.MOV(g, ctx.row_bytes)
+            asm.SHR(g, 2)
+            asm.ADD(g, i)
+            asm.IMUL(g, [self.field("po_ld", index)])
+            asm.ADD(g, [self.field("po_src", index)])
+            self.masked_load(src1, g + col, v)
+        instruction = {"add": asm.VADDPS, "sub": asm.VSUBPS, "mul": asm.VMULPS, "div": asm.VDIVPS,
+                       "max": asm.VMAXPS, "min": asm.VMINPS}[op.alg]
+        instruction(a, a, src1)
+
+    # -- dst reads and writes ----------------------------------------------------------------
+    def load_dst(self, dst, i: int, v: int, dt: str) -> None:
+        """The old dst of this block as f32 (masked)."""
+        asm = self.asm
+        address = self.ctx.c_row(i) + v * self.vb * DST_BYTES[dt] // 4
+        if DST_BYTES[dt] == 4:
+            self.masked_load(dst, address, v)
+            if dt == "s32":
+                asm.VCVTDQ2PS(dst, dst)
+            return
+        extend = asm.VPMOVZXBD if dt == "u8" else asm.VPMOVSXBD
+        if self.wide:
+            import peachpy.x86_64 as px
+
+            extend(dst(self.masks[v].z), px.oword[address])
+        else:
+            self.partial_bytes(address, v, load_into=dst)
+            extend(dst, dst.as_xmm)
+        asm.VCVTDQ2PS(dst, dst)
+
+    def store(self, a, i: int, v: int) -> None:
+        asm, dt = self.asm, self.spec.dst_dt
+        if dt == "f32":
+            self.masked_store(self.ctx.c_row(i) + v * self.vb, a, v)
+            return
+        lo, hi = DST_RANGE[dt]
+        asm.VMINPS(a, a, self.const(hi, f"{dt}_upper"))
+        asm.VMAXPS(a, a, self.const(lo, f"{dt}_lower"))
+        asm.VCVTPS2DQ(a, a)
+        if dt == "s32":
+            self.masked_store(self.ctx.c_row(i) + v * self.vb, a, v)
+            return
+        address = self.ctx.c_row(i) + v * self.lanes
+        if self.wide:
+            import peachpy.x86_64 as px
+
+            asm.VPMOVDB(px.oword[address](self.masks[v]), a)  # values are in range: truncation is exact
+            return
+        # ymm: 8 s32 -> 8 bytes in the low qword of tmp (in range, so the packs do not saturate)
+        asm.VEXTRACTI128(self.tmp.as_xmm, a, 1)
+        asm.VPACKSSDW(self.tmp.as_xmm, a.as_xmm, self.tmp.as_xmm)
+        (asm.VPACKUSWB if dt == "u8" else asm.VPACKSSWB)(self.tmp.as_xmm, self.tmp.as_xmm, self.tmp.as_xmm)
+        self.partial_bytes(address, v, store_from=self.tmp)
+
+    def partial_bytes(self, address, v: int, load_into=None, store_from=None) -> None:
+        """Move the valid bytes (at most 8) of vector ``v``'s columns between memory and a qword.
+
+        AVX2 has no byte-granular masked load or store: full vectors move as one qword;
+        a tail moves as 4-, 2- and 1-byte pieces through a GPR, so no byte past the row's
+        last valid column is read or written.
+        """
+        asm = self.asm
+        from jit.asm import Label
+
+        t, val, addr = self.t, self.val, self.addr
+        full, done = Label(), Label()
+        asm.MOV(t, self.ctx.n_left)
+        if v:
+            asm.SUB(t, v * self.lanes)
+        asm.CMP(t, self.lanes)
+        asm.JGE(full)
+        asm.LEA(addr, [address])
+        if load_into is not None:
+            # Read the pieces backwards from the end of the valid bytes (1, then 2, then 4
+            # bytes), shifting each earlier piece in below the later ones.
+            g = self.g
+            asm.XOR(val.as_dword, val.as_dword)
+            asm.ADD(addr, t)
+            for size in (1, 2, 4):
+                skip = Label()
+                asm.TEST(t, size)
+                asm.JZ(skip)
+                asm.SUB(addr, size)
+                asm.SHL(val, 8 * size)
+                if size == 4:
+                    asm.MOV(g.as_dword, [addr])  # zero-extends into the qword
+                else:
+                    asm.MOVZX(g.as_dword, (asm.byte if size == 1 else asm.word)[addr])
+                asm.OR(val, g)
+                asm.LABEL(skip)
+            asm.VMOVQ(load_into.as_xmm, val)
+            asm.JMP(done)
+            asm.LABEL(full)
+            asm.VMOVQ(load_into.as_xmm, asm.qword[address])
+        else:
+            asm.VMOVQ(val, store_from.as_xmm)
+            for size in (4, 2, 1):
+                skip = Label()
+                asm.TEST(t, size)
+                asm.JZ(skip)
+                reg = {4: val.as_dword, 2: val.as_word, 1: val.as_low_byte}[size]
+                asm.MOV([addr], reg)
+                asm.SHR(val, 8 * size)
+                asm.ADD(addr, size)
+                asm.LABEL(skip)
+            asm.JMP(done)
+            asm.LABEL(full)
+            asm.VMOVQ(asm.qword[address], store_from.as_xmm)
+        asm.LABEL(done)

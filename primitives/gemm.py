@@ -21,19 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit.dot import Path, fast_path, widening_path
-from jit.output import OutputSpec
+from jit.output import OutputSpec, SumOp
 from primitives.checks import check_choice, check_dim, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, pack_b, saturation_proof
 from primitives.reference import op
 from runtime import isa as isa_mod
-from jit.gemm_kernel import ARGS_CDEF
-from runtime.ffi import declare, ffi, pointer_to
-from runtime.threads import resolve_threads, run_chunks, split
+from primitives.gemm_driver import Operand, OutputArgs, Plan, make_plan, run
+from runtime.threads import resolve_threads
 
-declare(ARGS_CDEF)
 POLICIES = ("exact", "faithful")
 _NR = {512: 4, 256: 2}  # vectors per tile
-_SMALL_WORK = 1 << 20  # below this many multiply-adds one thread is faster than two
 
 
 def _wrap32(x: np.ndarray) -> np.ndarray:
@@ -44,19 +41,7 @@ def _wrap32(x: np.ndarray) -> np.ndarray:
 class _Comps:
     key: tuple
     kernel: object
-    col32: np.ndarray
-    row32: np.ndarray | None
-    col_post: np.ndarray | None
-    row_post: np.ndarray | None
-
-
-@dataclass(frozen=True)
-class _Plan:
-    key: tuple
-    kernel: object
-    structs: list
-    chunks: list
-    keep: tuple
+    out: OutputArgs
 
 
 @dataclass(frozen=True)
@@ -220,12 +205,7 @@ class Gemm:
             a, lda = padded, 4
 
         comps = self._compensation(packed, choice, a, lda, ao, bo, co)
-        plan = self._plan(comps, packed, lda)
-        a_ptr, c_ptr = pointer_to(a), pointer_to(C)
-        for s, a_off, c_off in plan.chunks:
-            s.a = a_ptr + a_off
-            s.c = c_ptr + c_off
-        run_chunks(plan.kernel.function, plan.structs)
+        run(self._plan(comps, packed, lda), a, C)
 
     def _compensation(self, packed: PackedB, choice: Choice, a, lda, ao: int, bo: int, co) -> "_Comps":
         """Offsets folded into the output stage, and the kernel that applies them.
@@ -233,6 +213,9 @@ class Gemm:
         sum (a' - ao')(b - bo) = raw - bo*rowsum(a') - ao'*colsum(b) + K*ao'*bo, where a' is
         A shifted to u8 (+128 for s8) and ao' = ao (+128). Cached while ao, co and B stay
         the same and bo == 0 (a row term depends on A's values).
+
+        Float mode maps oneDNN's GEMM onto the output stage: alpha is a common scale, co
+        a bias (per column for 'F'/'R', per row for 'C'), beta a sum post-op on the old C.
         """
         key = (id(packed), ao, bo, None if co is None else co.tobytes())
         cached = self._comps_cache
@@ -248,68 +231,42 @@ class Gemm:
         if bo != 0:
             rows = op(a, "N", M, K, lda).astype(np.int64).sum(axis=1)
             row = -bo * (rows + (128 * K if self.a_type == "s8" else 0))
-        col_post = row_post = None
+        out_bias = None
         if not self.float_mode:  # integer mode: co is one more int32 offset
             if self.offsetc == "C":
                 row = (row if row is not None else 0) + co_flat[:M].astype(np.int64)
             else:
                 col[:N] += co_flat[:N] if self.offsetc == "R" else co_flat[0]
-        elif self.offsetc == "C":
-            row_post = np.ascontiguousarray(co_flat[:M], np.float32)
+        elif co is not None and self.offsetc == "C":
+            out_bias = Operand(np.ascontiguousarray(co_flat[:M], np.float32), "row")
+        elif co is not None:
+            bias = np.zeros(packed.tiles * packed.tile_n, np.float32)
+            bias[:N] = co_flat[:N] if self.offsetc == "R" else co_flat[0]
+            out_bias = Operand(bias, "col")
+        out = OutputArgs(col_comp=_wrap32(col),
+                         row_comp=None if row is None else _wrap32(np.broadcast_to(row, (M,))))
+        if self.float_mode:
+            out.scale = Operand(np.array([self.alpha], np.float32), "common")
+            out.bias = out_bias
+            if self.beta != 0.0:
+                out.po_scale, out.po_zp = [self.beta], [0.0]
+            spec = OutputSpec(row_comp=out.row_comp is not None, float_mode=True, scale="common",
+                              bias="none" if out_bias is None else out_bias.index,
+                              post_ops=(SumOp("s32"),) if self.beta != 0.0 else ())
         else:
-            col_post = np.zeros(packed.tiles * packed.tile_n, np.float32)
-            col_post[:N] = co_flat[:N] if self.offsetc == "R" else co_flat[0]
-        col32 = _wrap32(col)
-        row32 = None if row is None else _wrap32(np.broadcast_to(row, (M,)))
-        spec = OutputSpec(row_comp=row32 is not None, float_mode=self.float_mode, beta=self.beta != 0.0,
-                          co_col=col_post is not None, co_row=row_post is not None)
-        comps = _Comps(key, self._kernel(choice, spec), col32, row32, col_post, row_post)
+            spec = OutputSpec(row_comp=out.row_comp is not None, accumulate=self.beta == 1.0)
+        comps = _Comps(key, self._kernel(choice, spec), out)
         self._comps_cache = comps
         return comps
 
-    def _plan(self, comps: "_Comps", packed: PackedB, lda: int) -> "_Plan":
+    def _plan(self, comps: "_Comps", packed: PackedB, lda: int) -> Plan:
         """Per-thread argument structs; only A and C pointers change between calls."""
         key = (id(comps), id(packed), lda)
-        plan = self._plan_cache
-        if plan is not None and plan.key == key:
-            return plan
-        M, N, K = self.M, self.N, self.K
-        kspec = comps.kernel.meta["kspec"]
-        threads = 1 if M * N * K < _SMALL_WORK else self.threads
-        k_groups, rem = (K // 4, K % 4) if K >= 4 else (1, 0)
-        null = ffi.NULL
-
-        def at(array, offset_bytes):
-            return null if array is None else pointer_to(array) + offset_bytes
-
-        if packed.tiles >= threads or M < 2 * kspec.mr:
-            chunks = [("n", b, e) for b, e in split(packed.tiles, threads)]
-        else:
-            chunks = [("m", b, e) for b, e in split(M, threads, kspec.mr)]
-        structs, offsets = [], []
-        for axis, begin, end in chunks:
-            s = ffi.new("struct i8j_gemm_args *")
-            s.lda, s.ldc, s.b_tile_stride = lda, self.ldc * 4, packed.tile_stride
-            s.k_groups, s.k_tail_back = k_groups, (4 - rem) if rem else 0
-            s.k_tail_shift = (4 - rem) * 8 if rem else 0
-            s.alpha, s.beta = self.alpha, self.beta
-            if axis == "n":  # a range of column tiles, all rows
-                c0 = begin * packed.tile_n
-                s.m, s.n = M, min(N, end * packed.tile_n) - c0
-                s.b = at(packed.data, begin * packed.tile_stride)
-                s.col_comp, s.col_post = at(comps.col32, 4 * c0), at(comps.col_post, 4 * c0)
-                s.row_comp, s.row_post = at(comps.row32, 0), at(comps.row_post, 0)
-                offsets.append((0, 4 * c0))
-            else:  # a range of rows, all column tiles
-                s.m, s.n = end - begin, N
-                s.b = at(packed.data, 0)
-                s.col_comp, s.col_post = at(comps.col32, 0), at(comps.col_post, 0)
-                s.row_comp, s.row_post = at(comps.row32, 4 * begin), at(comps.row_post, 4 * begin)
-                offsets.append((begin * lda, 4 * begin * self.ldc))
-            structs.append(s)
-        # The structs hold raw addresses: keep comps and packed B alive with the plan.
-        plan = _Plan(key, comps.kernel, structs, [(s, a, c) for s, (a, c) in zip(structs, offsets)], (comps, packed))
-        self._plan_cache = plan
+        cached = self._plan_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        plan = make_plan(comps.kernel, packed, self.M, self.N, self.K, lda, self.ldc * 4, comps.out, self.threads)
+        self._plan_cache = (key, plan, comps)  # the plan points into comps' arrays
         return plan
 
     def impl_info(self) -> dict:

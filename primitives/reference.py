@@ -7,7 +7,8 @@ These are the specifications the tests hold the generated code to:
 - :func:`dot_u8s8_maddubsw` models VPMADDUBSW + VPMADDWD: products of each pair of
   consecutive K values (k even, k+1) are added into s16 WITH saturation before the
   pairs are added in s32, exactly as the hardware pairs bytes in the packed layout.
-- :func:`output_stage` models ``jit.output``'s operations in their order, in f32.
+- :func:`output_pipeline` models ``jit.output``'s operations in their order, in f32;
+  :func:`output_stage` maps the GEMM's alpha, beta and co onto it.
 
 Example::
 
@@ -80,27 +81,79 @@ def gemm_sum(a: np.ndarray, b: np.ndarray, ao: int, bo: int, faithful: bool) -> 
     return raw - bo * rowsum - ao * colsum + k * ao * bo
 
 
-def output_stage(v: np.ndarray, c_old: np.ndarray, alpha: float, beta: float, co: np.ndarray | None, offsetc: str) -> np.ndarray:
-    """C from the wrapped int32 sum ``v`` exactly as jit.output computes it."""
+def clamp_f32(f: np.ndarray, lo, hi) -> np.ndarray:
+    """VMINPS(f, hi) then VMAXPS(f, lo): ``f < hi ? f : hi``, ``f > lo ? f : lo`` (NaN -> hi)."""
+    f = np.where(f < np.float32(hi), f, np.float32(hi)).astype(np.float32)
+    return np.where(f > np.float32(lo), f, np.float32(lo)).astype(np.float32)
+
+
+DST_RANGE = {"s32": (INT32_LOWER_F32, INT32_UPPER_F32), "u8": (np.float32(0), np.float32(255)),
+             "s8": (np.float32(-128), np.float32(127))}
+DST_DTYPE = {"s32": np.int32, "f32": np.float32, "u8": np.uint8, "s8": np.int8}
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+           # VMAXPS/VMINPS(a, src1): a > src1 ? a : src1 / a < src1 ? a : src1
+           "max": lambda a, b: np.where(a > b, a, b), "min": lambda a, b: np.where(a < b, a, b)}
+
+
+def output_pipeline(v: np.ndarray, *, dst_dt: str = "s32", float_mode: bool = True, accumulate: bool = False,
+                    dst_old: np.ndarray | None = None, scale=None, bias=None, post_ops=(), dst_scale=None,
+                    dst_zp=None) -> np.ndarray:
+    """``jit.output``'s operations on the wrapped int32 sum ``v`` (M x N), in its order, in f32.
+
+    ``scale``, ``bias`` and ``dst_zp`` are f32 values broadcastable to M x N (one value,
+    a row of N, or a column of M). ``post_ops``: ``("eltwise", alg, alpha, beta)``,
+    ``("sum", scale, zero_point)`` (reads ``dst_old``) or ``("binary", alg, src1)``.
+    """
+    v = wrap_int32(v)
+    if not float_mode:
+        return wrap_int32(v.astype(np.int64) + dst_old.astype(np.int64)) if accumulate else v
+    f32 = np.float32
+    f = v.astype(f32)
+    with np.errstate(all="ignore"):
+        if scale is not None:
+            f = (f * np.asarray(scale, f32)).astype(f32)
+        if bias is not None:
+            f = (f + np.asarray(bias, f32)).astype(f32)
+        for op in post_ops:
+            if op[0] == "eltwise":
+                from primitives.eltwise_ref import eltwise_model
+
+                f = eltwise_model(op[1], f, op[2], op[3])
+            elif op[0] == "sum":
+                old = (dst_old.astype(f32) - f32(op[2])).astype(f32)
+                f = (f + (old * f32(op[1])).astype(f32)).astype(f32)
+            else:
+                f = _BINARY[op[1]](f, np.asarray(op[2], f32)).astype(f32)
+        if dst_scale is not None:
+            f = (f / f32(dst_scale)).astype(f32)
+        if dst_zp is not None:
+            f = (f + np.asarray(dst_zp, f32)).astype(f32)
+        if dst_dt == "f32":
+            return f
+        lo, hi = DST_RANGE[dst_dt]
+        return np.rint(clamp_f32(f, lo, hi)).astype(DST_DTYPE[dst_dt])
+
+
+def output_stage(v: np.ndarray, c_old: np.ndarray, alpha: float, beta: float, co: np.ndarray | None,
+                 offsetc: str) -> np.ndarray:
+    """The GEMM's C from the wrapped int32 sum ``v``, as the output pipeline computes it.
+
+    Integer mode (alpha 1, beta 0 or 1): int32 wrapping. Otherwise alpha is a common
+    scale, co a bias (per column for 'F'/'R', per row for 'C') and beta a sum post-op.
+    """
     m, n = v.shape
-    co_full = np.zeros((m, n), np.int64)
+    co_full = None
     if co is not None:
         co = np.asarray(co, np.int64).ravel()
         # oneDNN's letters: 'C' adds a column vector (co[i] to row i), 'R' a row vector (co[j] to column j)
-        co_full = {"F": lambda: np.full((m, n), co[0]), "C": lambda: np.broadcast_to(co[:m, None], (m, n)),
-                   "R": lambda: np.broadcast_to(co[None, :n], (m, n))}[offsetc.upper()]().astype(np.int64)
+        co_full = {"F": lambda: np.full((1, 1), co[0]), "C": lambda: co[:m, None],
+                   "R": lambda: co[None, :n]}[offsetc.upper()]()
     if alpha == 1.0 and beta in (0.0, 1.0):
-        total = v.astype(np.int64) + co_full
-        if beta == 1.0:
-            total += c_old.astype(np.int64)
-        return wrap_int32(total)
-    f = wrap_int32(v).astype(np.float32) * np.float32(alpha)
-    if beta != 0.0:
-        f = f + c_old.astype(np.float32) * np.float32(beta)
-    if co is not None:
-        f = f + co_full.astype(np.int32).astype(np.float32)
-    f = np.minimum(np.maximum(f, INT32_LOWER_F32), INT32_UPPER_F32)
-    return np.rint(f).astype(np.int32)
+        total = v.astype(np.int64) + (0 if co_full is None else co_full)
+        return output_pipeline(total, float_mode=False, accumulate=beta == 1.0, dst_old=c_old)
+    return output_pipeline(v, scale=np.float32(alpha),
+                           bias=None if co_full is None else co_full.astype(np.int32).astype(np.float32),
+                           post_ops=(("sum", beta, 0),) if beta != 0.0 else (), dst_old=c_old)
 
 
 def gemm(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co, *, faithful=False):

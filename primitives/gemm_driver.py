@@ -1,0 +1,120 @@
+"""Calling a GEMM microkernel: the per-thread argument structs of one problem, built once.
+
+GEMM, matmul and inner product all run ``jit.gemm_kernel`` kernels over a packed B.
+This module turns (kernel, packed B, shape, the output stage's operands) into a
+:class:`Plan`: one argument struct per thread chunk, with every pointer but A's and the
+dst's filled in. Executing a plan sets those two and makes one kernel call per chunk.
+
+The output stage's operands (:class:`OutputArgs`) say how each array is indexed, so a
+chunk that covers columns ``[c0, c1)`` or rows ``[r0, r1)`` points at its own part.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from jit.gemm_kernel import ARGS_CDEF
+from jit.output import MAX_POST_OPS
+from runtime.ffi import declare, ffi, pointer_to
+from runtime.threads import run_chunks, split
+
+declare(ARGS_CDEF)
+SMALL_WORK = 1 << 20  # below this many multiply-adds one thread is faster than two
+
+
+@dataclass
+class Operand:
+    """An array the output stage reads, and how it is indexed.
+
+    ``index``: "common" (one value), "col" (one per column), "row" (one per row) or
+    "full" (rows ``ld`` bytes apart, one value per column).
+    """
+
+    array: np.ndarray
+    index: str
+    ld: int = 0
+
+
+@dataclass
+class OutputArgs:
+    """The run-time values of the output stage (jit.output)."""
+
+    col_comp: np.ndarray  # s32 per column, padded to whole tiles
+    row_comp: np.ndarray | None = None  # s32 per row
+    scale: Operand | None = None
+    bias: Operand | None = None
+    dst_zp: Operand | None = None
+    dst_scale: float = 1.0
+    po_scale: list = field(default_factory=list)  # per post-op index (sum)
+    po_zp: list = field(default_factory=list)
+    po_src: dict = field(default_factory=dict)  # post-op index -> Operand (binary)
+
+
+@dataclass(frozen=True)
+class Plan:
+    kernel: object
+    structs: list
+    offsets: list  # per struct: (A byte offset, dst byte offset)
+    keep: tuple  # arrays the structs point into
+
+
+def _offset(operand: Operand, c0: int, r0: int) -> int:
+    if operand.index == "col":
+        return 4 * c0
+    if operand.index == "row":
+        return 4 * r0
+    if operand.index == "full":
+        return r0 * operand.ld + 4 * c0
+    return 0
+
+
+def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, out: OutputArgs,
+              threads: int) -> Plan:
+    """The per-thread structs for an ``M x N x K`` product (A rows ``lda`` bytes apart)."""
+    kspec = kernel.meta["kspec"]
+    dst_bytes = kspec.output.dst_bytes
+    threads = 1 if M * N * K < SMALL_WORK else threads
+    k_groups, rem = (K // 4, K % 4) if K >= 4 else (1, 0)
+    null = ffi.NULL
+
+    def at(array, offset_bytes=0):
+        return null if array is None else pointer_to(array) + offset_bytes
+
+    if packed.tiles >= threads or M < 2 * kspec.mr:
+        chunks = [(b * packed.tile_n, min(N, e * packed.tile_n), 0, M) for b, e in split(packed.tiles, threads)]
+    else:
+        chunks = [(0, N, b, e) for b, e in split(M, threads, kspec.mr)]
+    structs, offsets = [], []
+    for c0, c1, r0, r1 in chunks:
+        s = ffi.new("struct i8j_gemm_args *")
+        s.lda, s.ldc, s.b_tile_stride = lda, ldc_bytes, packed.tile_stride
+        s.k_groups, s.k_tail_back = k_groups, (4 - rem) if rem else 0
+        s.k_tail_shift = (4 - rem) * 8 if rem else 0
+        s.m, s.n = r1 - r0, c1 - c0
+        s.b = at(packed.data, (c0 // packed.tile_n) * packed.tile_stride)
+        s.col_comp = at(out.col_comp, 4 * c0)
+        s.row_comp = at(out.row_comp, 4 * r0)
+        for name in ("scale", "bias", "dst_zp"):
+            operand = getattr(out, name)
+            setattr(s, name, null if operand is None else at(operand.array, _offset(operand, c0, r0)))
+        s.dst_scale = out.dst_scale
+        for i in range(MAX_POST_OPS):
+            s.po_scale[i] = out.po_scale[i] if i < len(out.po_scale) else 1.0
+            s.po_zp[i] = out.po_zp[i] if i < len(out.po_zp) else 0.0
+            operand = out.po_src.get(i)
+            s.po_src[i] = null if operand is None else at(operand.array, _offset(operand, c0, r0))
+            s.po_ld[i] = 0 if operand is None else operand.ld
+        structs.append(s)
+        offsets.append((r0 * lda, r0 * ldc_bytes + c0 * dst_bytes))
+    keep = (packed, out)  # the structs hold raw addresses into these
+    return Plan(kernel, structs, offsets, keep)
+
+
+def run(plan: Plan, a: np.ndarray, dst: np.ndarray, a_offset: int = 0, dst_offset: int = 0) -> None:
+    """One kernel call per chunk, with A and the dst at the given byte offsets."""
+    a_ptr, c_ptr = pointer_to(a) + a_offset, pointer_to(dst) + dst_offset
+    for s, (a_off, c_off) in zip(plan.structs, plan.offsets):
+        s.a = a_ptr + a_off
+        s.c = c_ptr + c_off
+    run_chunks(plan.kernel.function, plan.structs)
