@@ -1,0 +1,471 @@
+"""The reorder primitive: type conversion, quantization and format changes with attributes.
+
+Semantics (oneDNN v3 reorder with scales and zero points), per element, in f32 and in
+this order (``primitives.reorder_ref`` is the model)::
+
+    x = (f32(src) - f32(src_zp)) * src_scale
+    x = x / dst_scale + f32(dst_zp)
+    dst = x                                 f32 destination
+    dst = bf16 nearest even of x            bf16 destination
+    dst = rne(clamp(x, lo, hi))             u8 [0, 255], s8 [-128, 127], s32 [-2^31, 2147483520]
+                                            NaN becomes 0 (int8jit's choice, documented)
+
+An attribute that is not set is skipped. A same-type reorder without attributes copies
+the bits (s32 is not passed through f32 then). Scales and zero points are given per
+tensor (mask 0) or per index of any set of logical dims (mask bits), their values
+passed at execution as ``scales("src")``, ``scales("dst")``, ``zero_points("src")``,
+``zero_points("dst")``. Zero points apply to integer types only.
+
+Implementations (``impl_info()["impl"]``):
+
+``jit:avx2`` / ``jit:avx512_core``
+    src and dst lie in the same memory order, both types among u8/s8/s32/f32, and each
+    attribute's mask either contains the innermost memory dim (and only dims of a
+    trailing block of memory dims) or none of that block. The tensor is viewed as
+    ``rows x n`` (``n`` a trailing block of memory dims); the generated kernel
+    (``jit.reorder_kernel``) converts a chunk of rows with the attribute per row or per
+    element of a row. One kernel call per thread chunk. ``avx2_vnni`` runs the ``avx2``
+    code and ``avx512_core_vnni`` the ``avx512_core`` code.
+``numpy:copy``, ``numpy:transpose``, ``numpy:convert``
+    everything else (format changes with a transposition, bf16, masks that mix the
+    innermost block with outer dims), with ``reorder_ref.convert``: the same operations
+    in the same order, so both give identical bits.
+
+A destination whose tag is ``packed`` is filled by its layout object: the reorder
+converts the source to a logical-order array of the destination type (quantizing with
+the attributes) and calls ``dst_desc.layout.pack(logical, dst_memory)``.
+
+Example::
+
+    >>> import numpy as np
+    >>> from primitives.memory import desc
+    >>> from primitives.attr import Attr, DST, scales
+    >>> x = np.array([[0.5, 1.5, 2.5, -0.5], [1000.0, -1000.0, 3.0, 4.0]], np.float32)
+    >>> pd = reorder_desc(desc((2, 4), "f32", "ab"), desc((2, 4), "s8", "ab"), Attr(scales={DST: 1 << 0}))
+    >>> q = np.zeros((2, 4), np.int8)
+    >>> pd.create().execute({"src": x, "dst": q, scales(DST): np.array([1.0, 2.0], np.float32)})
+    >>> q.tolist()
+    [[0, 2, 2, 0], [127, -128, 2, 2]]
+    >>> quantize(np.array([0.5, 1.5, 2.5, 255.0 * 3]), 1.0, dt="u8").tolist()
+    [0, 2, 2, 255]
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, ReorderKernelSpec, code_isa
+from primitives import reorder_ref
+from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
+from primitives.memory import INT_RANGES, Memory, MemoryDesc, as_memory, bytes_desc, desc
+from runtime import isa as isa_mod
+from runtime.ffi import declare, ffi, pointer_to
+from runtime.threads import resolve_threads, run_chunks, split
+
+declare(ARGS_CDEF)
+
+INT_TYPES = tuple(INT_RANGES)  # zero points apply to these
+# (attribute name in the kernel, argument, kind) in the kernel's ATTRS order.
+_ATTR_ARGS = (("src_scale", SRC, "scales"), ("dst_scale", DST, "scales"),
+              ("src_zp", SRC, "zero_points"), ("dst_zp", DST, "zero_points"))
+_MIN_ROW = 1024  # grow the row block until rows are at least this long (per-element tables stay small)
+_SMALL = 1 << 16  # below this many elements one thread does the work
+_PAD = 16  # floats of padding after per-element tables: a full vector may be read past n
+
+
+def _key(kind: str, arg: str) -> str:
+    return scales(arg) if kind == "scales" else zero_points(arg)
+
+
+@dataclass(frozen=True)
+class _View:
+    """The JIT plan: ``rows x n`` with the trailing ``k`` memory dims in a row, kernel modes."""
+
+    k: int
+    rows: int
+    n: int
+    modes: tuple  # per ATTRS: "none", "row" or "col"
+
+
+class ReorderDesc:
+    """A validated reorder from ``src_desc`` to ``dst_desc`` under ``attr`` (oneDNN's reorder pd).
+
+    Raises ValueError/TypeError naming the argument when descriptors, data types,
+    masks or zero points do not fit. ``create()`` gives the executable primitive.
+    """
+
+    kind = "reorder"
+
+    def __init__(self, src_desc: MemoryDesc, dst_desc: MemoryDesc, attr: Attr | None = None,
+                 isa: str | None = None, threads: int | None = None):
+        for name, md in (("src_desc", src_desc), ("dst_desc", dst_desc)):
+            if not isinstance(md, MemoryDesc):
+                raise TypeError(f"{name}: expected a MemoryDesc (primitives.memory.desc), got {type(md).__name__}")
+            if md.is_any:
+                raise ValueError(f"{name}: a reorder needs a concrete layout, got tag 'any'")
+        if src_desc.is_packed:
+            raise ValueError(f"src_desc: {src_desc} is packed; a reorder reads plain tags only")
+        if src_desc.dims != dst_desc.dims:
+            raise ValueError(f"dst_desc: dims {dst_desc.dims} differ from src_desc's {src_desc.dims}; "
+                             "a reorder keeps the logical dims")
+        if attr is None:
+            attr = Attr()
+        if not isinstance(attr, Attr):
+            raise TypeError(f"attr: expected primitives.attr.Attr or None, got {type(attr).__name__}")
+        self._attr = attr.copy()
+        self._attr.validate({SRC: src_desc, DST: dst_desc}, "reorder", scales_args=(SRC, DST),
+                            zero_points_args=(SRC, DST))
+        if len(self._attr.post_ops):
+            raise ValueError("attr post_ops: reorder takes no post-ops")
+        for arg, md in ((SRC, src_desc), (DST, dst_desc)):
+            if self._attr.zero_points_mask(arg) is not None and md.dt not in INT_TYPES:
+                raise ValueError(f"attr {zero_points(arg)}: {arg} is {md.dt}; zero points apply to integer "
+                                 f"types only ({', '.join(INT_TYPES)})")
+        self._src, self._dst = src_desc, dst_desc
+        self.isa = isa_mod.effective_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
+        self.threads = resolve_threads(threads)
+        self._masks = {name: (self._attr.scales_mask(arg) if kind == "scales" else self._attr.zero_points_mask(arg))
+                       for name, arg, kind in _ATTR_ARGS}
+        self._inner: ReorderDesc | None = None
+        if dst_desc.is_packed:
+            pack = getattr(dst_desc.layout, "pack", None)
+            if not callable(pack):
+                raise ValueError(f"dst_desc: packed layout {dst_desc.layout!r} has no pack(src_logical, dst_memory)")
+            plain = MemoryDesc(dst_desc.dims, dst_desc.dt, "".join(chr(97 + i) for i in range(dst_desc.ndims)))
+            self._inner = ReorderDesc(src_desc, plain, attr, isa, threads)
+            self._impl, self._reason, self._view, self._spec = "pack", "packed destination: layout.pack", None, None
+            return
+        self._impl, self._reason, self._view, self._spec = self._choose()
+
+    # -- queries ------------------------------------------------------------------------
+    def src_desc(self) -> MemoryDesc:
+        return self._src
+
+    def dst_desc(self) -> MemoryDesc:
+        return self._dst
+
+    def scratchpad_desc(self) -> MemoryDesc:
+        return bytes_desc(0)
+
+    @property
+    def attr(self) -> Attr:
+        return self._attr.copy()
+
+    def impl_info(self) -> dict:
+        """Which implementation runs and why."""
+        if self._inner is not None:
+            inner = self._inner.impl_info()
+            return {"primitive": "reorder", "impl": f"{inner['impl']}+pack", "isa": self.isa,
+                    "layout": repr(self._dst.layout), "convert": inner, "reason": self._reason}
+        info = {"primitive": "reorder", "impl": self._impl, "isa": self.isa, "reason": self._reason,
+                "src": str(self._src), "dst": str(self._dst), "attr": self._attr.verbose_str()}
+        if self._spec is not None:
+            info.update(kernel=self._spec.name, view=(self._view.rows, self._view.n),
+                        modes=dict(zip(ATTRS, self._view.modes)))
+        return info
+
+    # -- the decision -------------------------------------------------------------------
+    def _is_copy(self) -> bool:
+        return self._src.dt == self._dst.dt and all(m is None for m in self._masks.values())
+
+    def _same_order(self) -> bool:
+        s, d = self._src, self._dst
+        return all(a == b for a, b, n in zip(s.strides, d.strides, s.dims) if n > 1)
+
+    def _choose(self):
+        s, d = self._src, self._dst
+        same = self._same_order()
+        if self._is_copy():
+            return ("numpy:copy", "same data type, no attributes: bit copy", None, None) if same else \
+                ("numpy:transpose", "same data type, no attributes, memory orders differ", None, None)
+        if s.dt not in KERNEL_TYPES or d.dt not in KERNEL_TYPES:
+            return "numpy:convert", f"{s.dt} -> {d.dt}: the kernel converts {', '.join(KERNEL_TYPES)}", None, None
+        if not same:
+            return ("numpy:convert", f"memory orders differ ({s.tag} -> {d.tag}): a transposition", None, None)
+        view = self._view_for(d.perm, d.dims)
+        if isinstance(view, str):
+            return "numpy:convert", view, None, None
+        spec = ReorderKernelSpec(code_isa(self.isa), s.dt, d.dt, view.modes)
+        return f"jit:{code_isa(self.isa)}", f"rows x n = {view.rows} x {view.n}, contiguous rows", view, spec
+
+    def _view_for(self, perm, dims):
+        """The trailing block of memory dims a row holds, or why none fits the masks."""
+        nd = len(perm)
+        inner = perm[-1]
+        masks = {a: set(mask_dims(m)) for a, m in self._masks.items() if m}
+        col = {a: m for a, m in masks.items() if inner in m}
+        row = {a: m for a, m in masks.items() if inner not in m}
+        pos = {dim: i for i, dim in enumerate(perm)}
+        # The block must hold every dim of a per-element attribute and none of a per-row one.
+        k_min = max((nd - min(pos[x] for x in m) for m in col.values()), default=1)
+        k_max = min((nd - 1 - max(pos[x] for x in m) for m in row.values()), default=nd)
+        if k_min > k_max:
+            names = ", ".join(sorted(f"{a}={self._masks[a]}" for a in masks))
+            return (f"masks {names} mix the innermost memory dims with outer ones: "
+                    "no rows x n view has each attribute per row or per element")
+        k = k_min
+        while k < k_max and math.prod(dims[i] for i in perm[nd - k:]) < _MIN_ROW:
+            k += 1
+        if not col:
+            k = k_max  # per-row values only: the longest rows (nothing varies: the whole tensor)
+        n = math.prod(dims[i] for i in perm[nd - k:])
+        modes = tuple("none" if self._masks[a] is None else ("col" if a in col else "row") for a in ATTRS)
+        return _View(k, math.prod(dims) // n, n, modes)
+
+    # -- primitive ----------------------------------------------------------------------
+    def create(self) -> "Reorder":
+        return Reorder(self)
+
+    primitive = create
+
+
+def reorder_desc(src_desc: MemoryDesc, dst_desc: MemoryDesc, attr: Attr | None = None,
+                 isa: str | None = None) -> ReorderDesc:
+    """The reorder primitive descriptor (see :class:`ReorderDesc`)."""
+    return ReorderDesc(src_desc, dst_desc, attr, isa)
+
+
+class Reorder:
+    """An executable reorder; ``execute`` may be called from several threads at once."""
+
+    def __init__(self, pd: ReorderDesc):
+        self.pd = pd
+        self._kernel = None
+        if pd._spec is not None:
+            from jit.reorder_kernel import get_kernel
+
+            self._kernel = get_kernel(pd._spec)
+        self._inner = Reorder(pd._inner) if pd._inner is not None else None
+
+    def impl_info(self) -> dict:
+        return self.pd.impl_info()
+
+    def execute(self, args: dict) -> None:
+        """Convert ``args["src"]`` into ``args["dst"]`` (Memory objects or numpy arrays)."""
+        pd = self.pd
+        if not isinstance(args, dict):
+            raise TypeError(f"args: expected a dict of argument name -> Memory/ndarray, got {type(args).__name__}")
+        for name in (SRC, DST):
+            if name not in args:
+                raise ValueError(f"{name}: missing from args; a reorder needs 'src' and 'dst'")
+        allowed = {SRC, DST} | {_key(kind, arg) for name, arg, kind in _ATTR_ARGS if pd._masks[name] is not None}
+        for key in args:
+            if key not in allowed:
+                raise ValueError(f"{key}: not an argument of this reorder; it takes {', '.join(sorted(allowed))}"
+                                 " (scales and zero points need a mask in the attributes)")
+        src = as_memory(args[SRC], SRC, pd.src_desc())
+        values = self._attr_values(args)
+        if self._inner is not None:
+            self._execute_packed(src, args[DST], values)
+            return
+        dst = as_memory(args[DST], DST, pd.dst_desc())
+        if not dst.array.flags.writeable:
+            raise ValueError("dst: the array is read-only")
+        if pd._spec is not None:
+            self._execute_jit(src, dst, values)
+        else:
+            self._execute_numpy(src, dst, values)
+
+    # -- attribute values ---------------------------------------------------------------
+    def _attr_values(self, args: dict) -> dict:
+        """Checked values per kernel attribute name (f32 scales, int32 zero points)."""
+        pd = self.pd
+        out = {}
+        for name, arg, kind in _ATTR_ARGS:
+            mask = pd._masks[name]
+            if mask is None:
+                continue
+            key = _key(kind, arg)
+            if key not in args:
+                raise ValueError(f"{key}: missing from args; the attributes set a mask {mask} for {arg!r}")
+            value = args[key]
+            if isinstance(value, Memory):
+                value = value.array
+            dims = pd.src_desc().dims
+            if kind == "scales":
+                out[name] = check_scales(key, value, mask, dims)
+            else:
+                out[name] = check_zero_points(key, value, mask, dims)
+        return out
+
+    def _expanded(self, values: dict) -> dict:
+        dims = self.pd.src_desc().dims
+        return {name: reorder_ref.expand(v, self.pd._masks[name], dims) for name, v in values.items()}
+
+    # -- implementations ----------------------------------------------------------------
+    def _execute_numpy(self, src: Memory, dst: Memory, values: dict) -> None:
+        pd = self.pd
+        ex = self._expanded(values)
+        if pd._impl in ("numpy:copy", "numpy:transpose"):
+            dst.logical()[...] = src.logical()
+            return
+        out = reorder_ref.convert(src.logical(), pd.src_desc().dt, pd.dst_desc().dt, ex.get("src_scale"),
+                                  ex.get("dst_scale"), ex.get("src_zp"), ex.get("dst_zp"))
+        dst.logical()[...] = out
+
+    def _tables(self, values: dict):
+        """Per-row and per-element f32 tables the kernel reads, with their row strides."""
+        pd = self.pd
+        view = pd._view
+        perm, dims = pd.dst_desc().perm, pd.dst_desc().dims
+        phys = tuple(dims[i] for i in perm)
+        nd = len(perm)
+        tables = {}
+        for name, mode in zip(ATTRS, view.modes):
+            if mode == "none":
+                continue
+            v = reorder_ref.expand(values[name], pd._masks[name], dims)  # broadcastable, logical order
+            v = np.transpose(v, perm).astype(np.float32)  # zero points: s32 -> f32, nearest even
+            if pd._masks[name] == 0:
+                tables[name] = (np.ascontiguousarray(v.reshape(1)), 0)
+            elif mode == "row":
+                outer = np.broadcast_to(v.reshape(v.shape[:nd - view.k]), phys[:nd - view.k])
+                tables[name] = (np.ascontiguousarray(outer).reshape(-1), 4)
+            else:
+                block = np.broadcast_to(v.reshape(v.shape[nd - view.k:]), phys[nd - view.k:]).reshape(-1)
+                padded = np.ones(view.n + _PAD, np.float32)
+                padded[:view.n] = block
+                tables[name] = (padded, 0)
+        return tables
+
+    def _execute_jit(self, src: Memory, dst: Memory, values: dict) -> None:
+        pd = self.pd
+        view = pd._view
+        tables = self._tables(values)
+        s_item, d_item = src.array.itemsize, dst.array.itemsize
+        s_ptr, d_ptr = pointer_to(src.data), pointer_to(dst.data)
+        threads = 1 if view.rows * view.n < _SMALL else pd.threads
+        if view.rows >= threads:
+            chunks = [(b, e, 0, view.n) for b, e in split(view.rows, threads)]
+        else:  # few long rows: split the columns too, in whole cache lines
+            chunks = [(r, r + 1, b, e) for r in range(view.rows)
+                      for b, e in split(view.n, max(1, threads // view.rows), 64)]
+        structs = []
+        for r0, r1, c0, c1 in chunks:
+            s = ffi.new("struct i8j_reorder_args *")
+            s.src = s_ptr + (r0 * view.n + c0) * s_item
+            s.dst = d_ptr + (r0 * view.n + c0) * d_item
+            s.src_stride, s.dst_stride = view.n * s_item, view.n * d_item
+            s.rows, s.n = r1 - r0, c1 - c0
+            for i, name in enumerate(ATTRS):
+                if name in tables:
+                    table, stride = tables[name]
+                    offset = r0 * stride + (c0 * 4 if view.modes[i] == "col" else 0)
+                    s.attr[i] = ffi.cast("float *", pointer_to(table)) + offset // 4
+                    s.attr_stride[i] = stride
+            structs.append(s)
+        run_chunks(self._kernel.function, structs)
+        del tables  # the structs held raw addresses into these until the calls returned
+
+    def _execute_packed(self, src: Memory, dst, values: dict) -> None:
+        pd = self.pd
+        dst_md = pd.dst_desc()
+        dst = as_memory(dst, DST, dst_md)
+        inner = self._inner
+        if inner.pd._impl == "numpy:copy" and not values:
+            logical = src.logical()
+        else:
+            tmp = Memory(inner.pd.dst_desc())
+            args = {SRC: src, DST: tmp}
+            for name, arg, kind in _ATTR_ARGS:
+                if name in values:
+                    args[_key(kind, arg)] = values[name]
+            inner.execute(args)
+            logical = tmp.logical()
+        dst_md.layout.pack(logical, dst)
+
+
+# ----------------------------------------------------------------------------- numpy-style helpers
+
+_pd_cache: dict = {}
+_pd_lock = threading.Lock()
+
+
+def _cached_pd(src_md, dst_md, attr, isa):
+    key = (src_md, dst_md, attr.key(), isa, isa_mod.max_isa())
+    with _pd_lock:
+        prim = _pd_cache.get(key)
+    if prim is None:
+        prim = ReorderDesc(src_md, dst_md, attr, isa).create()
+        with _pd_lock:
+            if len(_pd_cache) > 256:
+                _pd_cache.clear()
+            _pd_cache[key] = prim
+    return prim
+
+
+def _axis_mask(name: str, axis, ndim: int, values, count_name: str):
+    """Mask for per-axis values, or 0 for one value."""
+    arr = np.asarray(values)
+    if axis is None:
+        if arr.size != 1:
+            raise ValueError(f"{count_name}: got {arr.size} values without axis; pass axis= for per-channel values")
+        return 0
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"axis: expected an integer in [{-ndim}, {ndim - 1}] or None, got {axis!r}")
+    axis = int(axis) % ndim
+    return 0 if arr.size == 1 and arr.ndim == 0 else 1 << axis
+
+
+def _as_plain(x: np.ndarray, name: str) -> np.ndarray:
+    if x.ndim == 0:
+        x = x.reshape(1)
+    if not (x.flags.c_contiguous or x.T.flags.c_contiguous):
+        x = np.ascontiguousarray(x)
+    return x
+
+
+def quantize(x, scale, zero_point=0, dt: str = "u8", axis: int | None = None, *, isa: str | None = None):
+    """``q = saturate(rne(f32(x) / scale + zero_point))`` as ``dt`` (u8, s8 or s32), numpy style.
+
+    ``scale`` and ``zero_point`` are one value, or (with ``axis``) one value per index of
+    ``x``'s dimension ``axis``. ``x`` is converted to f32 first. Returns a new array with
+    ``x``'s shape.
+    """
+    if dt not in INT_TYPES:
+        raise ValueError(f"dt: expected one of {', '.join(INT_TYPES)}, got {dt!r}")
+    x = np.asarray(x, dtype=np.float32)
+    return _convert(_as_plain(x, "x"), dt, axis, None, None, scale, zero_point, isa).reshape(x.shape)
+
+
+def dequantize(q, scale, zero_point=0, axis: int | None = None, *, isa: str | None = None):
+    """``x = scale * (f32(q) - zero_point)`` in f32 for u8/s8/s32 ``q``, numpy style."""
+    q = np.asarray(q)
+    if q.dtype not in (np.uint8, np.int8, np.int32):
+        raise TypeError(f"q: expected dtype uint8, int8 or int32, got {q.dtype.name}")
+    return _convert(_as_plain(q, "q"), "f32", axis, scale, zero_point, None, None, isa).reshape(q.shape)
+
+
+def _convert(x, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, isa):
+    from primitives.memory import as_memory as _as
+
+    src = _as(x, "x")
+    md = src.desc
+    dst_md = desc(md.dims, dst_dt, md.tag)
+    attr = Attr()
+    args = {SRC: src}
+    for arg, value, kind in ((SRC, src_scale, "scales"), (SRC, src_zp, "zero_points"),
+                             (DST, dst_scale, "scales"), (DST, dst_zp, "zero_points")):
+        if value is None:
+            continue
+        name = "scale" if kind == "scales" else "zero_point"
+        arr = np.asarray(value)
+        if kind == "zero_points" and axis is None and arr.size == 1 and not arr.any():
+            continue  # zero point 0: skip the subtraction
+        mask = _axis_mask(name, axis, md.ndims, value, name)
+        if kind == "scales":
+            attr.set_scales_mask(arg, mask)
+            args[scales(arg)] = check_scales(name, value, mask, md.dims)
+        else:
+            attr.set_zero_points_mask(arg, mask)
+            args[zero_points(arg)] = check_zero_points(name, value, mask, md.dims)
+    out = Memory(dst_md)
+    args[DST] = out
+    _cached_pd(md, dst_md, attr, isa).execute(args)
+    return out.logical()
+
+
+__all__ = ["ReorderDesc", "Reorder", "reorder_desc", "quantize", "dequantize"]
