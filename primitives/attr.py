@@ -153,12 +153,16 @@ def expected_count(mask: int, dims: Sequence[int]) -> int:
     >>> expected_count(0, (4, 5)), expected_count(1, (4, 5)), expected_count(3, (4, 5))
     (1, 4, 20)
     """
-    mask = check_mask("mask", mask, len(dims))
-    return math.prod(int(dims[i]) for i in mask_dims(mask))
+    return _count(check_mask("mask", mask, len(dims)), dims)
+
+
+def _count(mask: int, dims: Sequence[int]) -> int:
+    # mask already checked against len(dims)
+    return math.prod(int(d) for i, d in enumerate(dims) if mask >> i & 1)
 
 
 def _flat_values(name: str, values: Any) -> np.ndarray:
-    arr = np.asarray(values)
+    arr = values if isinstance(values, np.ndarray) else np.asarray(values)
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise TypeError(f"{name}: expected numbers, got {type(values).__name__} of dtype {arr.dtype}")
     if arr.dtype.kind == "b":
@@ -182,14 +186,18 @@ def check_scales(name: str, values: Any, mask: int, dims: Sequence[int]) -> np.n
     """
     mask = check_mask(name, mask, len(dims))
     flat = _flat_values(name, values)
-    want = expected_count(mask, dims)
+    want = _count(mask, dims)
     if flat.size != want:
         raise _count_error(name, flat.size, mask, dims, want)
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = np.ascontiguousarray(flat, dtype=np.float32)
-    bad = np.flatnonzero(~np.isfinite(out))
-    if bad.size:
-        i = int(bad[0])
+    if flat.dtype == np.float32:  # the usual case, checked on every execute: keep it cheap
+        out = np.ascontiguousarray(flat)
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):  # f64 beyond f32's range becomes inf: caught below
+            out = np.ascontiguousarray(flat, dtype=np.float32)
+    # A Python loop beats numpy's call overhead for the one or few scales per tensor.
+    finite = all(map(math.isfinite, out.tolist())) if out.size <= 16 else bool(np.isfinite(out).all())
+    if not finite:
+        i = int(np.flatnonzero(~np.isfinite(out))[0])
         raise ValueError(f"{name}: scale {i} is {float(flat[i])!r}, not a finite f32; expected finite scales")
     return out
 
@@ -199,16 +207,17 @@ def check_zero_points(name: str, values: Any, mask: int, dims: Sequence[int],
     """Zero points as a contiguous 1-D int32 array, after checking count, integrality and range."""
     mask = check_mask(name, mask, len(dims))
     flat = _flat_values(name, values)
-    want = expected_count(mask, dims)
+    want = _count(mask, dims)
     if flat.size != want:
         raise _count_error(name, flat.size, mask, dims, want)
     if flat.dtype.kind == "f":
         raise TypeError(f"{name}: expected integer (s32) zero points, got dtype {flat.dtype.name}")
-    wide = flat.astype(np.int64) if flat.dtype != np.uint64 else flat
-    bad = np.flatnonzero((wide < lo) | (wide > hi))
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"{name}: zero point {i} is {int(flat[i])}; expected an integer in [{lo}, {hi}]")
+    if not (flat.dtype == np.int32 and lo <= S32_MIN and hi >= S32_MAX):  # else nothing can be out of range
+        small = flat.tolist() if flat.size <= 16 else None
+        low, high = (min(small), max(small)) if small is not None else (int(flat.min()), int(flat.max()))
+        if low < lo or high > hi:
+            i = next(j for j, v in enumerate(flat.tolist()) if not lo <= v <= hi)
+            raise ValueError(f"{name}: zero point {i} is {int(flat[i])}; expected an integer in [{lo}, {hi}]")
     return np.ascontiguousarray(flat, dtype=np.int32)
 
 

@@ -271,32 +271,33 @@ class Primitive:
         raise NotImplementedError(f"{type(self).__name__} does not implement _execute")
 
     # -- argument handling ------------------------------------------------------------
-    def _convert(self, name: str, value: Any) -> Memory:
-        pd = self.pd
-        kind, _, arg = name.partition(":")
-        attr = pd._attr()
-        if kind in ("scales", "zero_points") and arg:
-            table = attr.scales if kind == "scales" else attr.zero_points
-            md = pd.query(arg)
-            values = value.array if isinstance(value, Memory) else value
-            if kind == "scales":
-                checked = check_scales(name, values, table[arg], md.dims)
-            else:
-                lo, hi = pd.zero_point_range(arg)
-                checked = check_zero_points(name, values, table[arg], md.dims, lo, hi)
-            return as_memory(checked, name)
-        return as_memory(value, name, pd.query(name))
+    def _spec(self) -> "_ArgSpec":
+        # A descriptor's arguments never change: work them out once, not per execute().
+        spec = getattr(self, "_arg_spec", None)
+        if spec is None:
+            spec = self._arg_spec = _ArgSpec(self.pd)
+        return spec
 
-    def _scratchpad(self, args: Mapping[str, Any]) -> np.ndarray | None:
-        pd = self.pd
-        need = pd.scratchpad_desc().nbytes
-        mode = pd._attr().scratchpad_mode
-        if mode == "user":
+    def _convert(self, name: str, value: Any, spec: "_ArgSpec") -> Memory:
+        quant = spec.quant.get(name)
+        if quant is None:
+            return as_memory(value, name, spec.descs.get(name))
+        md, mask, dims, bounds = quant
+        values = value.array if isinstance(value, Memory) else value
+        if bounds is None:
+            checked = check_scales(name, values, mask, dims)
+        else:
+            checked = check_zero_points(name, values, mask, dims, *bounds)
+        return Memory(md, checked, name=name)
+
+    def _scratchpad(self, args: Mapping[str, Any], spec: "_ArgSpec") -> np.ndarray | None:
+        need = spec.scratch_need
+        if spec.user_scratchpad:
             if SCRATCHPAD not in args:
                 if need == 0:
                     return None
                 raise ValueError(f"args: missing argument 'scratchpad' ({need} bytes, scratchpad_mode 'user') "
-                                 f"for {pd.kind}")
+                                 f"for {spec.kind}")
             buf = args[SCRATCHPAD]
             array = buf.array if isinstance(buf, Memory) else buf
             if not isinstance(array, np.ndarray):
@@ -315,45 +316,68 @@ class Primitive:
         if need == 0:
             return None
         buf = getattr(self._local, "scratchpad", None)
-        if buf is None or buf.nbytes != need:
-            buf = aligned_zeros(need, np.uint8)
-            self._local.scratchpad = buf
+        if buf is None:
+            # Once per thread and primitive: concurrent executions never share one.
+            buf = self._local.scratchpad = aligned_zeros(need, np.uint8)
         return buf
 
     def execute(self, args: Mapping[str, Memory | np.ndarray]) -> None:
         """Run the primitive on ``args`` (name -> Memory or numpy array); see the module docstring."""
-        pd = self.pd
+        spec = self._spec()
         if not isinstance(args, Mapping):
             raise TypeError(f"args: expected a dict of argument name -> Memory or numpy array, "
                             f"got {type(args).__name__}")
-        required = pd.exec_arg_names()
-        accepted = set(required) | set(pd.optional_arg_names())
         for name in args:
-            if not isinstance(name, str):
-                raise TypeError(f"args: argument names are strings such as 'src', got {name!r}")
-            if name not in accepted and name != SCRATCHPAD:
-                raise ValueError(f"args: unexpected argument {name!r} for {pd.kind}; it takes "
-                                 f"{', '.join(sorted(accepted)) or 'no arguments'}")
-        for name in required:
+            if name not in spec.accepted and name != SCRATCHPAD:
+                if not isinstance(name, str):
+                    raise TypeError(f"args: argument names are strings such as 'src', got {name!r}")
+                raise ValueError(f"args: unexpected argument {name!r} for {spec.kind}; it takes {spec.listing}")
+        for name in spec.required:
             if name not in args:
-                md = pd.query(name)
+                md = spec.descs.get(name)
                 what = f" ({md})" if md is not None else ""
-                raise ValueError(f"args: missing argument {name!r}{what} for {pd.kind}; it takes "
-                                 f"{', '.join(sorted(accepted))}")
-        mem = {name: self._convert(name, value) for name, value in args.items() if name != SCRATCHPAD}
-        for name in pd.output_names():
+                raise ValueError(f"args: missing argument {name!r}{what} for {spec.kind}; it takes {spec.listing}")
+        mem = {name: self._convert(name, value, spec) for name, value in args.items() if name != SCRATCHPAD}
+        for name in spec.outputs:
             if name in mem and not mem[name].array.flags.writeable:
                 raise ValueError(f"{name}: the array is read-only but the primitive writes to it")
-        scratchpad = self._scratchpad(args)
+        scratchpad = self._scratchpad(args, spec)
         t0 = time.perf_counter()
         self._execute(mem, scratchpad)
         ms = (time.perf_counter() - t0) * 1e3
         self.last_exec_ms = ms
         if verbose.enabled("exec"):
+            pd = self.pd
             verbose.execution(pd.kind, pd.impl_name(), pd.isa, self._verbose_desc(), pd._attr().verbose_str(), ms)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self.pd!r}>"
+
+
+class _ArgSpec:
+    """What execute() checks, taken from a descriptor once."""
+
+    def __init__(self, pd: PrimitiveDesc) -> None:
+        self.kind = pd.kind
+        self.required = tuple(pd.exec_arg_names())
+        optional = tuple(n for n in pd.optional_arg_names() if n not in self.required)
+        self.accepted = frozenset(self.required + optional)
+        self.listing = ", ".join(sorted(self.accepted)) or "no arguments"
+        self.descs = {name: pd.query(name) for name in self.accepted}
+        self.outputs = tuple(pd.output_names())
+        attr = pd._attr()
+        self.user_scratchpad = attr.scratchpad_mode == "user"
+        self.scratch_need = pd.scratchpad_desc().nbytes
+        # name -> (desc of the checked values, mask, dims of the argument, zero-point bounds or None)
+        self.quant: dict[str, tuple] = {}
+        for kind, table in (("scales", attr.scales), ("zero_points", attr.zero_points)):
+            for arg, mask in table.items():
+                name = f"{kind}:{arg}"
+                md = pd.query(arg)
+                if name not in self.accepted or md is None:
+                    continue
+                bounds = None if kind == "scales" else tuple(pd.zero_point_range(arg))
+                self.quant[name] = (pd.query(name), mask, md.dims, bounds)
 
 
 __all__ = ["PrimitiveDesc", "Primitive"]

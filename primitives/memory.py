@@ -267,6 +267,17 @@ class MemoryDesc:
             hash(self.layout)
         except TypeError:
             raise TypeError(f"layout: expected a hashable record, got {type(self.layout).__name__}") from None
+        # Derived once: execute() looks these up on every call. Not dataclass fields, so
+        # they take no part in equality or hashing.
+        storage = None
+        if tag == PACKED:
+            storage = ((self.nbytes_packed,), np.dtype(np.uint8))
+        elif tag != ANY:
+            perm = tuple(ord(c) - ord("a") for c in tag)
+            object.__setattr__(self, "_perm", perm)
+            object.__setattr__(self, "_physical", tuple(norm[i] for i in perm))
+            storage = (self._physical, _NUMPY[self.dt])
+        object.__setattr__(self, "_storage", storage)  # (shape, dtype) of a Memory's array
 
     # -- shape ---------------------------------------------------------------------------
     @property
@@ -309,14 +320,15 @@ class MemoryDesc:
     def perm(self) -> tuple[int, ...]:
         """Logical dims in memory order, outermost first (``acdb`` -> ``(0, 2, 3, 1)``)."""
         self._need_plain("memory order")
-        return tuple(ord(c) - ord("a") for c in self.tag)
+        return self._perm
 
     @property
     def physical_shape(self) -> tuple[int, ...]:
         """The shape in memory order (``(nbytes_packed,)`` for a packed descriptor)."""
         if self.is_packed:
             return (self.nbytes_packed,)
-        return tuple(self.dims[i] for i in self.perm)
+        self._need_plain("physical shape")
+        return self._physical
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -460,13 +472,12 @@ class Memory:
                  name: str = "array") -> None:
         if not isinstance(md, MemoryDesc):
             raise TypeError(f"md: expected a MemoryDesc, got {type(md).__name__}")
-        if md.is_any:
+        if md._storage is None:
             raise ValueError(f"md: cannot make memory for {md} whose tag is 'any'; "
                              "query the primitive descriptor for the concrete layout")
         self._desc = md
         self.payload = payload
-        shape = md.physical_shape
-        dtype = md.numpy_dtype
+        shape, dtype = md._storage
         if array is None:
             self._array = aligned_zeros(shape, dtype)
             return
@@ -475,7 +486,10 @@ class Memory:
         if array.dtype != dtype:
             want = f"{dtype.name} ({'packed bytes' if md.is_packed else md.dt})"
             raise TypeError(f"{name}: expected dtype {want}, got {array.dtype.name}")
-        self._array = self._fit(md, array, shape, name)
+        if array.shape == shape and array.flags.c_contiguous:
+            self._array = array  # the common case, taken as it is
+        else:
+            self._array = self._fit(md, array, shape, name)
 
     @staticmethod
     def _fit(md: MemoryDesc, array: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
