@@ -311,7 +311,7 @@ class Primitive:
                                  f"scratchpad_desc() asks for")
             return None if need == 0 else array.reshape(-1).view(np.uint8)[:need]
         if SCRATCHPAD in args:
-            raise ValueError(f"scratchpad: passed to a primitive whose scratchpad_mode is 'library'; "
+            raise ValueError("scratchpad: passed to a primitive whose scratchpad_mode is 'library'; "
                              "pass none, or create it with Attr(scratchpad_mode='user')")
         if need == 0:
             return None

@@ -459,3 +459,24 @@ def test_subclass_contract_errors():
         prim.execute({})
     with pytest.raises(TypeError, match="pd: expected a PrimitiveDesc"):
         Primitive("pd")
+
+
+def test_optional_arguments_do_not_hide_a_missing_one():
+    class WithBias(AddDesc):
+        def optional_arg_names(self):
+            return ("bias",)
+
+        def query(self, name):
+            return desc(3, "f32", "a") if name == "bias" else super().query(name)
+
+        def exec_arg_names(self):
+            return (SRC, DST)
+
+    prim = WithBias(MD, scratch=0).create()
+    src = np.zeros((2, 3), np.uint8)
+    with pytest.raises(ValueError, match="args: missing argument 'dst'"):
+        prim.execute({SRC: src, "bias": np.zeros(3, np.float32)})
+    prim.execute({SRC: src, DST: np.zeros((2, 3), np.uint8), "bias": np.zeros(3, np.float32)})
+    assert isinstance(prim.seen[-1][0]["bias"], Memory)
+    with pytest.raises(TypeError, match=r"bias: expected dtype float32 \(f32\), got int32"):
+        prim.execute({SRC: src, DST: np.zeros((2, 3), np.uint8), "bias": np.zeros(3, np.int32)})
