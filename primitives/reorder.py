@@ -52,7 +52,6 @@ Example::
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +59,8 @@ import numpy as np
 from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, ReorderKernelSpec, code_isa
 from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
-from primitives.memory import INT_RANGES, Memory, MemoryDesc, as_memory, bytes_desc, desc
+from primitives.base import Primitive, PrimitiveDesc
+from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
@@ -90,11 +90,13 @@ class _View:
     modes: tuple  # per ATTRS: "none", "row" or "col"
 
 
-class ReorderDesc:
+class ReorderDesc(PrimitiveDesc):
     """A validated reorder from ``src_desc`` to ``dst_desc`` under ``attr`` (oneDNN's reorder pd).
 
     Raises ValueError/TypeError naming the argument when descriptors, data types,
-    masks or zero points do not fit. ``create()`` gives the executable primitive.
+    masks or zero points do not fit. ``create()`` gives the executable primitive
+    (through the primitive cache). ``threads`` bounds the thread chunks (default:
+    ``INT8JIT_NUM_THREADS`` or every usable core).
     """
 
     kind = "reorder"
@@ -111,23 +113,20 @@ class ReorderDesc:
         if src_desc.dims != dst_desc.dims:
             raise ValueError(f"dst_desc: dims {dst_desc.dims} differ from src_desc's {src_desc.dims}; "
                              "a reorder keeps the logical dims")
-        if attr is None:
-            attr = Attr()
-        if not isinstance(attr, Attr):
-            raise TypeError(f"attr: expected primitives.attr.Attr or None, got {type(attr).__name__}")
-        self._attr = attr.copy()
-        self._attr.validate({SRC: src_desc, DST: dst_desc}, "reorder", scales_args=(SRC, DST),
-                            zero_points_args=(SRC, DST))
-        if len(self._attr.post_ops):
+        super().__init__(attr)
+        self.attr.validate({SRC: src_desc, DST: dst_desc}, "reorder", scales_args=(SRC, DST),
+                           zero_points_args=(SRC, DST))
+        if len(self.attr.post_ops):
             raise ValueError("attr post_ops: reorder takes no post-ops")
         for arg, md in ((SRC, src_desc), (DST, dst_desc)):
-            if self._attr.zero_points_mask(arg) is not None and md.dt not in INT_TYPES:
+            if self.attr.zero_points_mask(arg) is not None and md.dt not in INT_TYPES:
                 raise ValueError(f"attr {zero_points(arg)}: {arg} is {md.dt}; zero points apply to integer "
                                  f"types only ({', '.join(INT_TYPES)})")
-        self._src, self._dst = src_desc, dst_desc
+        self._set_desc(SRC, src_desc)
+        self._set_desc(DST, dst_desc)
         self.isa = isa_mod.effective_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
         self.threads = resolve_threads(threads)
-        self._masks = {name: (self._attr.scales_mask(arg) if kind == "scales" else self._attr.zero_points_mask(arg))
+        self._masks = {name: (self.attr.scales_mask(arg) if kind == "scales" else self.attr.zero_points_mask(arg))
                        for name, arg, kind in _ATTR_ARGS}
         self._inner: ReorderDesc | None = None
         if dst_desc.is_packed:
@@ -140,28 +139,20 @@ class ReorderDesc:
             return
         self._impl, self._reason, self._view, self._spec = self._choose()
 
-    # -- queries ------------------------------------------------------------------------
-    def src_desc(self) -> MemoryDesc:
-        return self._src
+    def _key_extra(self):
+        return (self.threads,)
 
-    def dst_desc(self) -> MemoryDesc:
-        return self._dst
-
-    def scratchpad_desc(self) -> MemoryDesc:
-        return bytes_desc(0)
-
-    @property
-    def attr(self) -> Attr:
-        return self._attr.copy()
+    def _create_primitive(self) -> "Reorder":
+        return Reorder(self)
 
     def impl_info(self) -> dict:
         """Which implementation runs and why."""
         if self._inner is not None:
             inner = self._inner.impl_info()
             return {"primitive": "reorder", "impl": f"{inner['impl']}+pack", "isa": self.isa,
-                    "layout": repr(self._dst.layout), "convert": inner, "reason": self._reason}
+                    "layout": repr(self.dst_desc().layout), "convert": inner, "reason": self._reason}
         info = {"primitive": "reorder", "impl": self._impl, "isa": self.isa, "reason": self._reason,
-                "src": str(self._src), "dst": str(self._dst), "attr": self._attr.verbose_str()}
+                "src": str(self.src_desc()), "dst": str(self.dst_desc()), "attr": self.attr.verbose_str()}
         if self._spec is not None:
             info.update(kernel=self._spec.name, view=(self._view.rows, self._view.n),
                         modes=dict(zip(ATTRS, self._view.modes)))
@@ -169,14 +160,14 @@ class ReorderDesc:
 
     # -- the decision -------------------------------------------------------------------
     def _is_copy(self) -> bool:
-        return self._src.dt == self._dst.dt and all(m is None for m in self._masks.values())
+        return self.src_desc().dt == self.dst_desc().dt and all(m is None for m in self._masks.values())
 
     def _same_order(self) -> bool:
-        s, d = self._src, self._dst
+        s, d = self.src_desc(), self.dst_desc()
         return all(a == b for a, b, n in zip(s.strides, d.strides, s.dims) if n > 1)
 
     def _choose(self):
-        s, d = self._src, self._dst
+        s, d = self.src_desc(), self.dst_desc()
         same = self._same_order()
         if self._is_copy():
             return ("numpy:copy", "same data type, no attributes: bit copy", None, None) if same else \
@@ -215,12 +206,6 @@ class ReorderDesc:
         modes = tuple("none" if self._masks[a] is None else ("col" if a in col else "row") for a in ATTRS)
         return _View(k, math.prod(dims) // n, n, modes)
 
-    # -- primitive ----------------------------------------------------------------------
-    def create(self) -> "Reorder":
-        return Reorder(self)
-
-    primitive = create
-
 
 def reorder_desc(src_desc: MemoryDesc, dst_desc: MemoryDesc, attr: Attr | None = None,
                  isa: str | None = None) -> ReorderDesc:
@@ -228,11 +213,16 @@ def reorder_desc(src_desc: MemoryDesc, dst_desc: MemoryDesc, attr: Attr | None =
     return ReorderDesc(src_desc, dst_desc, attr, isa)
 
 
-class Reorder:
-    """An executable reorder; ``execute`` may be called from several threads at once."""
+class Reorder(Primitive):
+    """An executable reorder; ``execute`` may be called from several threads at once.
+
+    ``execute({"src": ..., "dst": ..., "scales:src": ..., "zero_points:dst": ...})``
+    takes Memory objects or numpy arrays; ``primitives.base.Primitive.execute`` checks
+    them (names, layouts, counts of scales and zero points) before any code runs.
+    """
 
     def __init__(self, pd: ReorderDesc):
-        self.pd = pd
+        super().__init__(pd)
         self._kernel = None
         if pd._spec is not None:
             from jit.reorder_kernel import get_kernel
@@ -243,53 +233,19 @@ class Reorder:
     def impl_info(self) -> dict:
         return self.pd.impl_info()
 
-    def execute(self, args: dict) -> None:
-        """Convert ``args["src"]`` into ``args["dst"]`` (Memory objects or numpy arrays)."""
+    def _execute(self, mem: dict, scratchpad) -> None:
+        values = {name: mem[_key(kind, arg)].data for name, arg, kind in _ATTR_ARGS
+                  if self.pd._masks[name] is not None}
+        self._run(mem[SRC], mem[DST], values)
+
+    def _run(self, src: Memory, dst: Memory, values: dict) -> None:
         pd = self.pd
-        if not isinstance(args, dict):
-            raise TypeError(f"args: expected a dict of argument name -> Memory/ndarray, got {type(args).__name__}")
-        for name in (SRC, DST):
-            if name not in args:
-                raise ValueError(f"{name}: missing from args; a reorder needs 'src' and 'dst'")
-        allowed = {SRC, DST} | {_key(kind, arg) for name, arg, kind in _ATTR_ARGS if pd._masks[name] is not None}
-        for key in args:
-            if key not in allowed:
-                raise ValueError(f"{key}: not an argument of this reorder; it takes {', '.join(sorted(allowed))}"
-                                 " (scales and zero points need a mask in the attributes)")
-        src = as_memory(args[SRC], SRC, pd.src_desc())
-        values = self._attr_values(args)
         if self._inner is not None:
-            self._execute_packed(src, args[DST], values)
-            return
-        dst = as_memory(args[DST], DST, pd.dst_desc())
-        if not dst.array.flags.writeable:
-            raise ValueError("dst: the array is read-only")
-        if pd._spec is not None:
+            self._execute_packed(src, dst, values)
+        elif pd._spec is not None:
             self._execute_jit(src, dst, values)
         else:
             self._execute_numpy(src, dst, values)
-
-    # -- attribute values ---------------------------------------------------------------
-    def _attr_values(self, args: dict) -> dict:
-        """Checked values per kernel attribute name (f32 scales, int32 zero points)."""
-        pd = self.pd
-        out = {}
-        for name, arg, kind in _ATTR_ARGS:
-            mask = pd._masks[name]
-            if mask is None:
-                continue
-            key = _key(kind, arg)
-            if key not in args:
-                raise ValueError(f"{key}: missing from args; the attributes set a mask {mask} for {arg!r}")
-            value = args[key]
-            if isinstance(value, Memory):
-                value = value.array
-            dims = pd.src_desc().dims
-            if kind == "scales":
-                out[name] = check_scales(key, value, mask, dims)
-            else:
-                out[name] = check_zero_points(key, value, mask, dims)
-        return out
 
     def _expanded(self, values: dict) -> dict:
         dims = self.pd.src_desc().dims
@@ -360,42 +316,18 @@ class Reorder:
         run_chunks(self._kernel.function, structs)
         del tables  # the structs held raw addresses into these until the calls returned
 
-    def _execute_packed(self, src: Memory, dst, values: dict) -> None:
-        pd = self.pd
-        dst_md = pd.dst_desc()
-        dst = as_memory(dst, DST, dst_md)
+    def _execute_packed(self, src: Memory, dst: Memory, values: dict) -> None:
         inner = self._inner
         if inner.pd._impl == "numpy:copy" and not values:
             logical = src.logical()
         else:
             tmp = Memory(inner.pd.dst_desc())
-            args = {SRC: src, DST: tmp}
-            for name, arg, kind in _ATTR_ARGS:
-                if name in values:
-                    args[_key(kind, arg)] = values[name]
-            inner.execute(args)
+            inner._run(src, tmp, values)
             logical = tmp.logical()
-        dst_md.layout.pack(logical, dst)
+        self.pd.dst_desc().layout.pack(logical, dst)
 
 
 # ----------------------------------------------------------------------------- numpy-style helpers
-
-_pd_cache: dict = {}
-_pd_lock = threading.Lock()
-
-
-def _cached_pd(src_md, dst_md, attr, isa):
-    key = (src_md, dst_md, attr.key(), isa, isa_mod.max_isa())
-    with _pd_lock:
-        prim = _pd_cache.get(key)
-    if prim is None:
-        prim = ReorderDesc(src_md, dst_md, attr, isa).create()
-        with _pd_lock:
-            if len(_pd_cache) > 256:
-                _pd_cache.clear()
-            _pd_cache[key] = prim
-    return prim
-
 
 def _axis_mask(name: str, axis, ndim: int, values, count_name: str):
     """Mask for per-axis values, or 0 for one value."""
@@ -464,7 +396,7 @@ def _convert(x, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, isa):
             args[zero_points(arg)] = check_zero_points(name, value, mask, md.dims)
     out = Memory(dst_md)
     args[DST] = out
-    _cached_pd(md, dst_md, attr, isa).execute(args)
+    ReorderDesc(md, dst_md, attr, isa).create().execute(args)
     return out.logical()
 
 
