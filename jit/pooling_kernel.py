@@ -30,7 +30,10 @@ VPINSRB and the matching stores), so no byte outside the tensors is ever touched
 
 Every size (N, C, H, W, kernel window, strides, padding) is a run-time field of the
 argument struct; the code depends only on :class:`PoolKernelSpec` (ISA, vector width,
-algorithm, source and destination types). The kernel uses the struct's ``src``, ``oh``,
+algorithm, source and destination types, and the window size when it is 2 or 3 wide:
+``kw`` unrolls a window row of that width, i.e. every row away from the W borders, and
+``kh`` (2 or 3 high as well) makes every window inside the input straight-line code;
+border windows and other sizes take the run-time loops). The kernel uses the struct's ``src``, ``oh``,
 ``ih_start`` and ``rows`` fields as its own state: give each concurrent call its own struct.
 """
 from __future__ import annotations
@@ -68,6 +71,7 @@ ALGS = ("max", "avg_include_padding", "avg_exclude_padding")
 SRC_TYPES = ("u8", "s8")
 DT_SIZE = {"u8": 1, "s8": 1, "s32": 4, "f32": 4}
 BIG = 4  # pieces per big block
+UNROLLED = (2, 3)  # window sizes unrolled in the code (addresses base + pix_bytes * {0, 1, 2})
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,15 @@ class PoolKernelSpec:
     alg: str
     src_dt: str
     dst_dt: str
+    kw: int = 0  # UNROLLED: window rows of this width are unrolled; 0: run-time loop only
+    kh: int = 0  # UNROLLED (with kw): whole interior windows are straight-line code
 
     def __post_init__(self):
+        for name, value in (("kw", self.kw), ("kh", self.kh)):
+            if value not in (0,) + UNROLLED:
+                raise ValueError(f"{name}: expected 0 or one of {UNROLLED}, got {value!r}")
+        if self.kh and not self.kw:
+            raise ValueError("kh: an unrolled window height needs an unrolled width (kw)")
         if self.alg not in ALGS:
             raise ValueError(f"alg: expected one of {', '.join(ALGS)}, got {self.alg!r}")
         if self.src_dt not in SRC_TYPES:
@@ -113,7 +124,8 @@ class PoolKernelSpec:
 
     @property
     def name(self) -> str:
-        return f"pool_{self.alg}_{self.src_dt}{self.dst_dt}_{self.isa}"
+        kw = (f"_kh{self.kh}" if self.kh else "") + (f"_kw{self.kw}" if self.kw else "")
+        return f"pool_{self.alg}_{self.src_dt}{self.dst_dt}{kw}_{self.isa}"
 
     def blocks(self, channels: int) -> tuple[int, int, int]:
         """(big blocks, small blocks, tail channels) for ``channels`` channels."""
@@ -188,10 +200,10 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
             else:
                 vxor(acc[p], acc[p], acc[p])
 
-    def combine(n: int, width: int | None, masked: bool) -> None:
-        """acc[p] op= piece p of src at r8; ``width``: AVX2 sub-block bytes (tail)."""
+    def combine(n: int, width: int | None, masked: bool, column: int = 0) -> None:
+        """acc[p] op= piece p of src at r8 (+ column pixels); ``width``: AVX2 sub-block bytes (tail)."""
         for p in range(n):
-            address = r8 + p * piece_bytes
+            address = (r8 if column == 0 else r8 + r10 * column) + p * piece_bytes
             if spec.is_max:
                 vmax = asm.VPMAXSB if signed else asm.VPMAXUB
                 if width is None and not masked:
@@ -267,20 +279,45 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     def block(n: int, width: int | None = None, masked: bool = False) -> None:
         """One channel block at rbp (src) and rdx (dst): window loops and the store."""
         init(n)
-        h_loop, w_loop = Label(), Label()
+        h_loop, w_loop, window_done = Label(), Label(), Label()
+        if spec.kh:  # the whole window inside the input: straight-line code
+            generic = Label()
+            CMP(rbx, spec.kw)
+            JNE(generic)
+            CMP(r11, spec.kh)
+            JNE(generic)
+            MOV(r8, rbp)
+            for row in range(spec.kh):
+                if row:
+                    ADD(r8, A("row_bytes"))
+                for column in range(spec.kw):
+                    combine(n, width, masked, column)
+            asm.JMP(window_done)
+            LABEL(generic)
         MOV(rcx, rbp)
         MOV(rsi, r11)
         LABEL(h_loop)
         MOV(r8, rcx)
+        w_done = Label()
+        if spec.kw:  # a whole window row (away from the W borders): unrolled
+            w_generic = Label()
+            CMP(rbx, spec.kw)
+            JNE(w_generic)
+            for column in range(spec.kw):
+                combine(n, width, masked, column)
+            asm.JMP(w_done)
+            LABEL(w_generic)
         MOV(r9, rbx)
         LABEL(w_loop)
         combine(n, width, masked)
         ADD(r8, r10)
         DEC(r9)
         JNZ(w_loop)
+        LABEL(w_done)
         ADD(rcx, A("row_bytes"))
         DEC(rsi)
         JNZ(h_loop)
+        LABEL(window_done)
         finish(n, width, masked)
 
     def block_loop(count_field: str, n: int) -> None:

@@ -23,7 +23,8 @@ NHWC, pools, and transposes the result into dst (two copies). src and dst share 
 
 Threads: the ``N*OH`` output rows are split into one chunk per thread, one kernel call
 per chunk; the kernel holds the whole loop nest of its chunk. Kernels are cached by
-(ISA, algorithm, source type, destination type) only: every size is a run-time value.
+(ISA, algorithm, source type, destination type, and window sizes of 2 or 3, which are
+unrolled) only: every size is a run-time value.
 
 Example::
 
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jit.pooling_kernel import ARGS_CDEF, PoolKernelSpec
+from jit.pooling_kernel import ARGS_CDEF, UNROLLED, PoolKernelSpec
 from primitives.memory import Memory, MemoryDesc, as_memory, bytes_desc, desc
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
@@ -197,7 +198,9 @@ class PoolingDesc:
             n=src.dims[0], c=src.dims[1], ih=(h + spatial)[0], iw=spatial[-1], oh=(h + tuple(outs))[0],
             ow=outs[-1], kh=(h + kernel)[0], kw=kernel[-1], sh=(h + strides)[0], sw=strides[-1],
             pt=padding_l[0] if nd == 2 else 0, pl=padding_l[-1])
-        self.spec = PoolKernelSpec(self.isa, self.alg, src.dt, dst.dt)
+        kw = self._geo.kw if self._geo.kw in UNROLLED else 0
+        kh = self._geo.kh if kw and self._geo.kh in UNROLLED else 0
+        self.spec = PoolKernelSpec(self.isa, self.alg, src.dt, dst.dt, kw=kw, kh=kh)
 
     # -- queries ------------------------------------------------------------------------
     def src_desc(self) -> MemoryDesc:

@@ -133,12 +133,18 @@ def test_padding_rules(isa_path):
 
 
 def test_kernels_cached_by_structure():
-    """Different sizes reuse one kernel: the key holds no size."""
-    a = PoolingDesc("max", desc((1, 5, 7, 7), "u8", "nhwc"), desc((1, 5, 3, 3), "u8", "nhwc"), 2, 3, 0, 0)
-    b = PoolingDesc("max", desc((2, 70, 9, 4), "u8", "nhwc"), desc((2, 70, 9, 2), "u8", "nhwc"), (1, 2), (1, 2),
-                    0, 0)
+    """Different sizes reuse one kernel: the key holds no size, only an unrolled 2 or 3 window."""
+    def pd(src, dst, strides, kernel):
+        return PoolingDesc("max", desc(src, "u8", "nhwc"), desc(dst, "u8", "nhwc"), strides, kernel, 0, 0)
+
+    a = pd((1, 5, 7, 7), (1, 5, 3, 3), 2, 3)
+    b = pd((2, 70, 9, 4), (2, 70, 7, 1), (1, 2), 3)
     assert a.create().kernel is b.create().kernel
-    assert "pool_max_u8u8" in a.impl_info()["kernel"]
+    assert "pool_max_u8u8_kh3_kw3" in a.impl_info()["kernel"]
+    c = pd((1, 5, 7, 7), (1, 5, 4, 3), (1, 1), (4, 5))
+    d = pd((3, 9, 8, 6), (3, 9, 4, 1), (1, 2), (5, 6))
+    assert c.create().kernel is d.create().kernel
+    assert c.spec.kw == 0 and c.spec.kh == 0
 
 
 def test_threads_agree(isa_path):
