@@ -43,7 +43,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit.pooling_kernel import ARGS_CDEF, UNROLLED, PoolKernelSpec
-from primitives.memory import Memory, MemoryDesc, as_memory, bytes_desc, desc
+from primitives import verbose
+from primitives.attr import Attr
+from primitives.base import Primitive, PrimitiveDesc
+from primitives.memory import Memory, MemoryDesc, desc
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
@@ -125,7 +128,7 @@ class _Geometry:
     pl: int
 
 
-class PoolingDesc:
+class PoolingDesc(PrimitiveDesc):
     """A validated pooling problem: ``PoolingDesc(alg, src_desc, dst_desc, strides, kernel,
     padding_l, padding_r, attr=None, isa=None)``; ``.create()`` gives the primitive.
 
@@ -140,6 +143,8 @@ class PoolingDesc:
 
     def __init__(self, alg, src_desc, dst_desc, strides, kernel, padding_l, padding_r, attr=None,
                  isa: str | None = None, threads: int | None = None):
+        if attr is not None and not isinstance(attr, Attr):
+            raise TypeError(f"attr: expected a primitives.attr.Attr or None, got {type(attr).__name__}")
         self.alg = check_alg(alg)
         src = _as_desc("src_desc", src_desc)
         dst = _as_desc("dst_desc", dst_desc)
@@ -186,11 +191,12 @@ class PoolingDesc:
         elif dst.tag != src.tag:
             raise ValueError(f"dst_desc: tag {dst.tag!r} differs from src's {src.tag!r}; pooling keeps the layout")
         _check_attr(attr)
-        self.attr = attr
         cap = None if isa is None else isa_mod.check_name(isa, "isa")
-        self.isa = isa_mod.effective_isa(cap)
+        super().__init__(attr, isa_mod.effective_isa(cap))
         self.threads = resolve_threads(threads)
         self._src, self._dst = src, dst
+        self._set_desc(SRC, src)
+        self._set_desc(DST, dst)
         self.kernel, self.strides, self.padding_l, self.padding_r = kernel, strides, padding_l, padding_r
         self.channels_last = src.tag == CHANNELS_LAST[src.ndims]
         h = (1,) if nd == 1 else ()  # 1-D: a 2-D problem of height 1
@@ -202,16 +208,7 @@ class PoolingDesc:
         kh = self._geo.kh if kw and self._geo.kh in UNROLLED else 0
         self.spec = PoolKernelSpec(self.isa, self.alg, src.dt, dst.dt, kw=kw, kh=kh)
 
-    # -- queries ------------------------------------------------------------------------
-    def src_desc(self) -> MemoryDesc:
-        return self._src
-
-    def dst_desc(self) -> MemoryDesc:
-        return self._dst
-
-    def scratchpad_desc(self) -> MemoryDesc:
-        return bytes_desc(0)
-
+    # -- queries (src_desc, dst_desc, scratchpad_desc: PrimitiveDesc's) -------------------
     def _route(self) -> str:
         if self.channels_last:
             return "nhwc"
@@ -225,19 +222,20 @@ class PoolingDesc:
             "nchw_transpose": "channels first: transposed to NHWC and back around the NHWC kernel",
         }[route]
         return {
-            "primitive": "pooling", "alg": self.alg, "isa": self.isa, "kernel": self.spec.name,
+            "kind": "pooling", "impl": self.spec.name, "alg": self.alg, "isa": self.isa, "kernel": self.spec.name,
             "vector_bits": self.spec.bits, "src": str(self._src), "dst": str(self._dst),
             "layout_route": route, "reason": why, "threads": self.threads,
         }
 
-    def key(self) -> tuple:
-        return (self.kind, self.alg, self._src, self._dst, self.kernel, self.strides, self.padding_l,
-                self.padding_r, self.isa, self.threads)
+    def _key_extra(self):
+        return (self.alg, self.kernel, self.strides, self.padding_l, self.padding_r, self.threads)
 
-    def create(self) -> "Pooling":
+    def _verbose_desc(self) -> str:
+        return (f"{super()._verbose_desc()} alg:{self.alg} kernel:{'x'.join(map(str, self.kernel))} "
+                f"strides:{'x'.join(map(str, self.strides))} pad:{self.padding_l}/{self.padding_r}")
+
+    def _create_primitive(self) -> "Pooling":
         return Pooling(self)
-
-    primitive = create
 
 
 def pooling_desc(alg, src_desc, dst_desc, strides, kernel, padding_l, padding_r, attr=None, isa=None,
@@ -247,14 +245,19 @@ def pooling_desc(alg, src_desc, dst_desc, strides, kernel, padding_l, padding_r,
                        threads=threads)
 
 
-class Pooling:
-    """The pooling primitive: ``execute({"src": ..., "dst": ...})`` (ndarrays or Memory)."""
+class Pooling(Primitive):
+    """The pooling primitive: ``execute({"src": ..., "dst": ...})`` (ndarrays or Memory).
+
+    Dense ndarrays in the descriptors' physical shapes skip the generic argument
+    conversion of :meth:`primitives.base.Primitive.execute` (same checks, less Python);
+    anything else, or verbose mode, goes through it.
+    """
 
     def __init__(self, pd: PoolingDesc):
         from jit import cache
         from jit.pooling_kernel import generate
 
-        self.pd = pd
+        super().__init__(pd)
         spec = pd.spec
         self.kernel = cache.get_kernel(("pooling", spec), lambda: generate(spec))
         self._fn = self.kernel.function
@@ -270,19 +273,23 @@ class Pooling:
     def impl_info(self) -> dict:
         return self.pd.impl_info()
 
-    def execute(self, args: dict) -> None:
-        if not isinstance(args, dict):
-            raise TypeError(f"args: expected a dict of 'src' and 'dst', got {type(args).__name__}")
-        for name in (SRC, DST):
-            if name not in args:
-                raise ValueError(f"args: missing {name!r}")
-        extra = set(args) - {SRC, DST}
-        if extra:
-            raise ValueError(f"args: pooling takes only 'src' and 'dst', got also {sorted(extra)}")
-        src = self._array(args[SRC], SRC, self._src_md, self._src_shape, self._src_dtype)
-        dst = self._array(args[DST], DST, self._dst_md, self._dst_shape, self._dst_dtype)
-        if not dst.flags.writeable:
-            raise ValueError("dst: the array is read-only but is written to")
+    def execute(self, args) -> None:
+        if type(args) is dict and len(args) == 2 and not verbose.enabled("exec"):
+            src, dst = args.get(SRC), args.get(DST)
+            if self._plain(src, self._src_shape, self._src_dtype) and \
+                    self._plain(dst, self._dst_shape, self._dst_dtype) and dst.flags.writeable:
+                self._pool(src, dst)
+                return
+        super().execute(args)
+
+    @staticmethod
+    def _plain(x, shape, dtype) -> bool:
+        return type(x) is np.ndarray and x.shape == shape and x.dtype == dtype and x.flags.c_contiguous
+
+    def _execute(self, mem: dict, scratchpad) -> None:
+        self._pool(mem[SRC].array, mem[DST].array)
+
+    def _pool(self, src: np.ndarray, dst: np.ndarray) -> None:
         if np.may_share_memory(src, dst):  # both dense: bounds that overlap share bytes
             raise ValueError("dst: overlaps src; pooling is not in place")
         if self._route != "nchw_transpose":
@@ -294,13 +301,6 @@ class Pooling:
             d = np.empty(tuple(dst.shape[i] for i in to_last), dst.dtype)
             self._run(s, d)
             np.copyto(dst, d.transpose((0, nd + 1) + tuple(range(1, nd + 1))))
-
-    @staticmethod
-    def _array(x, name: str, md: MemoryDesc, shape, dtype) -> np.ndarray:
-        """The physical C-contiguous array of an argument (fast path for the common case)."""
-        if type(x) is np.ndarray and x.shape == shape and x.dtype == dtype and x.flags.c_contiguous:
-            return x
-        return as_memory(x, name, md).array
 
     def _plan(self, g: _Geometry) -> list:
         """Per thread chunk: the argument struct's bytes (pointers zero) and the pointer offsets."""

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from primitives.attr import Attr, PostOps
 from primitives.memory import Memory, desc
 from primitives.pooling import ALGS, NCHW_TRANSPOSE_MIN_C, PoolingDesc, pool2d, pooling_desc
 from primitives.pooling_ref import out_size, pooling_ref
@@ -212,7 +213,10 @@ def _pd(**kw):
     (dict(src_desc=desc((1, 4, 6, 6, 6), "u8", "ndhwc")), "src_desc"),
     (dict(src_desc="nhwc"), "src_desc"),
     (dict(isa="sse4"), "isa"),
-    (dict(attr=type("A", (), {"scales": {"src": 0}})()), "attr"),
+    (dict(attr=Attr(scales={"src": 0})), "attr"),
+    (dict(attr=Attr(zero_points={"dst": 0})), "attr"),
+    (dict(attr=Attr().set_post_ops(PostOps().eltwise("relu"))), "attr"),
+    (dict(attr={"scales": {}}), "attr"),
 ])
 def test_bad_descriptor(kw, name):
     with pytest.raises((ValueError, TypeError), match=rf"^{name}\b"):
@@ -241,6 +245,25 @@ def test_bad_execute_arguments():
     big = np.zeros(200, np.uint8)
     with pytest.raises(ValueError, match="^dst: overlaps"):
         prim.execute({"src": big[:144].reshape(1, 6, 6, 4), "dst": big[100:136].reshape(1, 3, 3, 4)})
+    with pytest.raises(ValueError, match="^scratchpad"):
+        prim.execute({"src": x, "dst": y, "scratchpad": np.zeros(16, np.uint8)})
+
+
+def test_base_class_contract():
+    """Through primitives.base: Memory arguments, the primitive cache, queries, verbose lines."""
+    pd = _pd()
+    prim = pd.create()
+    assert _pd().create() is prim  # identical descriptor: the cached primitive
+    assert pd.scratchpad_desc().dims == (0,)
+    assert pd.query("dst") == desc((1, 4, 3, 3), "u8", "nhwc")
+    x = np.arange(144, dtype=np.uint8).reshape(1, 6, 6, 4)
+    y = Memory(pd.dst_desc())
+    prim.execute({"src": Memory(pd.src_desc(), x), "dst": y})
+    np.testing.assert_array_equal(y.array, pooling_ref(x, "max", (2, 2), (2, 2), (0, 0), (0, 0)))
+    logical = x.transpose(0, 3, 1, 2)  # logical (N, C, H, W) view of the NHWC bytes
+    y2 = np.zeros((1, 3, 3, 4), np.uint8)
+    prim.execute({"src": logical, "dst": y2})
+    np.testing.assert_array_equal(y2, y.array)
 
 
 def test_bad_pool2d_arguments():
