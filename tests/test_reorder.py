@@ -25,6 +25,7 @@ from tests.conftest import executable_isas
 EXAMPLES = int(os.environ.get("INT8JIT_TEST_EXAMPLES", "25"))
 JIT_PAIRS = [("f32", "u8"), ("f32", "s8"), ("u8", "f32"), ("s8", "f32"), ("s32", "f32"), ("s8", "u8"),
              ("u8", "s8"), ("f32", "s32"), ("s32", "s8"), ("f32", "f32"), ("u8", "u8")]
+NUMPY_PAIRS = [("f32", "bf16"), ("bf16", "f32"), ("bf16", "s8"), ("s32", "s32")]
 INT = ("u8", "s8", "s32")
 SPECIAL_F32 = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 127.5, 128.5, -128.5, 255.5, 254.5, 0.0, -0.0,
                         np.nan, np.inf, -np.inf, 1e10, -1e10, 2147483520.0, 2147483648.0, -2147483904.0,
@@ -36,6 +37,8 @@ def bits(a: np.ndarray) -> np.ndarray:
 
 
 def random_values(rng, dt: str, shape) -> np.ndarray:
+    if dt == "bf16":
+        return (random_values(rng, "f32", shape).view(np.uint32) >> 16).astype(np.uint16)
     if dt == "f32":
         x = (rng.standard_normal(shape) * rng.choice([1.0, 100.0, 1e6], shape)).astype(np.float32)
         halves = (rng.integers(-300, 300, shape) + 0.5).astype(np.float32)
@@ -81,7 +84,8 @@ def problems(draw):
     nd = draw(st.integers(1, 4))
     dims = [draw(st.integers(1, 6)) for _ in range(nd - 1)] + [draw(st.integers(1, 70))]
     perm = draw(st.permutations(range(nd)))
-    sdt, ddt = draw(st.sampled_from(JIT_PAIRS))
+    dperm = perm if draw(st.integers(0, 3)) else draw(st.permutations(range(nd)))  # mostly the same order
+    sdt, ddt = draw(st.sampled_from(JIT_PAIRS + NUMPY_PAIRS))
     masks = {}
     for kind, arg, dt in (("scales", SRC, sdt), ("scales", DST, ddt), ("zero_points", SRC, sdt),
                           ("zero_points", DST, ddt)):
@@ -89,17 +93,19 @@ def problems(draw):
             continue
         if draw(st.booleans()):
             masks[(kind, arg)] = draw(st.integers(0, 2 ** nd - 1))
-    return tuple(dims), "".join(chr(97 + i) for i in perm), sdt, ddt, masks, draw(st.integers(0, 2 ** 32 - 1))
+    tag = "".join(chr(97 + i) for i in perm)
+    dtag = "".join(chr(97 + i) for i in dperm)
+    return tuple(dims), tag, dtag, sdt, ddt, masks, draw(st.integers(0, 2 ** 32 - 1))
 
 
 @pytest.mark.parametrize("isa", executable_isas())
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems())
 def test_matches_reference_bit_exact(isa, problem):
-    dims, tag, sdt, ddt, masks, seed = problem
+    dims, tag, dtag, sdt, ddt, masks, seed = problem
     rng = np.random.default_rng(seed)
     attr, values, ref_kw = attr_and_values(rng, dims, masks)
-    pd = ReorderDesc(desc(dims, sdt, tag), desc(dims, ddt, tag), attr, isa=isa)
+    pd = ReorderDesc(desc(dims, sdt, tag), desc(dims, ddt, dtag), attr, isa=isa)
     src = random_values(rng, sdt, dims)
     got = run(pd, src, values)
     want = reorder_ref(src, sdt, ddt, **ref_kw)
