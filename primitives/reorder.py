@@ -329,25 +329,29 @@ class Reorder(Primitive):
 
 # ----------------------------------------------------------------------------- numpy-style helpers
 
-def _axis_mask(name: str, axis, ndim: int, values, count_name: str):
-    """Mask for per-axis values, or 0 for one value."""
-    arr = np.asarray(values)
-    if axis is None:
-        if arr.size != 1:
-            raise ValueError(f"{count_name}: got {arr.size} values without axis; pass axis= for per-channel values")
-        return 0
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+def _axis_mask(name: str, axis, ndim: int, values) -> int:
+    """Mask for per-axis values (one value: mask 0, whatever the axis)."""
+    if axis is not None and (isinstance(axis, bool) or not isinstance(axis, (int, np.integer))
+                             or not -ndim <= axis < ndim):
         raise ValueError(f"axis: expected an integer in [{-ndim}, {ndim - 1}] or None, got {axis!r}")
-    axis = int(axis) % ndim
-    return 0 if arr.size == 1 and arr.ndim == 0 else 1 << axis
+    size = np.asarray(values).size
+    if size == 1:
+        return 0
+    if axis is None:
+        raise ValueError(f"{name}: got {size} values without axis; pass axis= for per-channel values")
+    return 1 << (int(axis) % ndim)
 
 
-def _as_plain(x: np.ndarray, name: str) -> np.ndarray:
+def _source(x: np.ndarray) -> Memory:
+    """``x`` as a plain memory, without a copy when it is dense in any dim order."""
+    from primitives.memory import as_memory
+
     if x.ndim == 0:
         x = x.reshape(1)
-    if not (x.flags.c_contiguous or x.T.flags.c_contiguous):
-        x = np.ascontiguousarray(x)
-    return x
+    try:
+        return as_memory(x, "x")
+    except ValueError:  # strided: not dense in memory
+        return as_memory(np.ascontiguousarray(x), "x")
 
 
 def quantize(x, scale, zero_point=0, dt: str = "u8", axis: int | None = None, *, isa: str | None = None):
@@ -360,7 +364,7 @@ def quantize(x, scale, zero_point=0, dt: str = "u8", axis: int | None = None, *,
     if dt not in INT_TYPES:
         raise ValueError(f"dt: expected one of {', '.join(INT_TYPES)}, got {dt!r}")
     x = np.asarray(x, dtype=np.float32)
-    return _convert(_as_plain(x, "x"), dt, axis, None, None, scale, zero_point, isa).reshape(x.shape)
+    return _convert(_source(x), dt, axis, None, None, scale, zero_point, isa).reshape(x.shape)
 
 
 def dequantize(q, scale, zero_point=0, axis: int | None = None, *, isa: str | None = None):
@@ -368,13 +372,10 @@ def dequantize(q, scale, zero_point=0, axis: int | None = None, *, isa: str | No
     q = np.asarray(q)
     if q.dtype not in (np.uint8, np.int8, np.int32):
         raise TypeError(f"q: expected dtype uint8, int8 or int32, got {q.dtype.name}")
-    return _convert(_as_plain(q, "q"), "f32", axis, scale, zero_point, None, None, isa).reshape(q.shape)
+    return _convert(_source(q), "f32", axis, scale, zero_point, None, None, isa).reshape(q.shape)
 
 
-def _convert(x, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, isa):
-    from primitives.memory import as_memory as _as
-
-    src = _as(x, "x")
+def _convert(src: Memory, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, isa):
     md = src.desc
     dst_md = desc(md.dims, dst_dt, md.tag)
     attr = Attr()
@@ -385,9 +386,9 @@ def _convert(x, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, isa):
             continue
         name = "scale" if kind == "scales" else "zero_point"
         arr = np.asarray(value)
-        if kind == "zero_points" and axis is None and arr.size == 1 and not arr.any():
-            continue  # zero point 0: skip the subtraction
-        mask = _axis_mask(name, axis, md.ndims, value, name)
+        if kind == "zero_points" and arr.size == 1 and not arr.any():
+            continue  # zero point 0: skip the subtraction (same bits)
+        mask = _axis_mask(name, axis, md.ndims, value)
         if kind == "scales":
             attr.set_scales_mask(arg, mask)
             args[scales(arg)] = check_scales(name, value, mask, md.dims)

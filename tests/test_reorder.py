@@ -432,3 +432,13 @@ def test_primitive_cache_and_concurrent_execution():
         list(pool.map(one, jobs))
     for x, s, z, out in jobs:
         assert np.array_equal(out, reorder_ref(x, "f32", "u8", dst_scale=s, dst_scale_mask=2, dst_zp=z))
+
+
+def test_quantize_takes_any_dense_or_strided_array():
+    rng = np.random.default_rng(10)
+    base = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    for x in (base.transpose(0, 2, 1), base[:, ::2, :], base.T):
+        q = quantize(x, [0.1, 0.2, 0.3], 3, "s8", axis=0) if x.shape[0] == 3 else quantize(x, 0.1, 3, "s8")
+        ref_kw = dict(dst_scale=[0.1, 0.2, 0.3], dst_scale_mask=1) if x.shape[0] == 3 else dict(dst_scale=[0.1])
+        assert q.shape == x.shape
+        assert np.array_equal(q, reorder_ref(np.ascontiguousarray(x), "f32", "s8", dst_zp=[3], **ref_kw))
