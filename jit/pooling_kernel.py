@@ -156,7 +156,7 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     from jit import asm
     from jit.asm import (ADD, CMOVL, CMOVNS, CMP, DEC, IMUL, INC, JE, JNE, JNZ, JZ, LABEL, LEA, MOV,
                          NEG, SUB, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10,
-                         r11, r12, r13, r14, r15)
+                         r11, r12, r13, r14)
 
     path = spec.path
     wide = spec.bits == 512

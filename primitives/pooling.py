@@ -37,7 +37,6 @@ Example::
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -231,8 +230,11 @@ class PoolingDesc(PrimitiveDesc):
         return (self.alg, self.kernel, self.strides, self.padding_l, self.padding_r, self.threads)
 
     def _verbose_desc(self) -> str:
-        return (f"{super()._verbose_desc()} alg:{self.alg} kernel:{'x'.join(map(str, self.kernel))} "
-                f"strides:{'x'.join(map(str, self.strides))} pad:{self.padding_l}/{self.padding_r}")
+        def x(values):
+            return "x".join(map(str, values))
+
+        return (f"{super()._verbose_desc()} alg:{self.alg} kernel:{x(self.kernel)} strides:{x(self.strides)} "
+                f"pad:{x(self.padding_l)}/{x(self.padding_r)}")
 
     def _create_primitive(self) -> "Pooling":
         return Pooling(self)
@@ -377,7 +379,8 @@ def pool2d(x: np.ndarray, kernel, stride=None, padding=0, alg: str = "max", layo
     pl, pr = _spatial_pairs("padding", padding, 2)
     pl, pr = _ints("padding", pl, 2, 0), _ints("padding", pr, 2, 0)
     out = []
-    for i, k, s, a, b, axis in ((h, kernel[0], stride[0], pl[0], pr[0], "H"), (w, kernel[1], stride[1], pl[1], pr[1], "W")):
+    for d, (i, axis) in enumerate(((h, "H"), (w, "W"))):
+        k, s, a, b = kernel[d], stride[d], pl[d], pr[d]
         if k > i + a + b:
             raise ValueError(f"kernel: window {k} along {axis} is larger than the padded input {i} + {a} + {b}")
         out.append((i + a + b - k) // s + 1)
