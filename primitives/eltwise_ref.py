@@ -275,6 +275,11 @@ def condition(alg: str, x, alpha: float = 0.0, beta: float = 0.0) -> np.ndarray:
         elif alg == "gelu_erf":
             phi = 0.5 * _erfc(-x / math.sqrt(2.0))
             k = np.abs(1 + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi) / phi)
+        elif alg == "linear":
+            k = np.abs(alpha * x / (alpha * x + beta))
+        elif alg == "hardswish":
+            lin = alpha * x + beta
+            k = np.where((lin > 0) & (lin < 1), 1 + np.abs(alpha * x / lin), 1.0)
         else:
             k = np.ones_like(x)
     return np.where(np.isfinite(k), np.maximum(k, 1.0), 1.0)
