@@ -10,6 +10,23 @@ round-to-nearest-even, conversions, integer shifts and bit logic), so both width
 VGETEXP/VSCALEF, and no opmask register: selections are made on a lane's sign bit
 (VBLENDVPS on ymm; VPSRAD + VPTERNLOGD on zmm), so the output stage keeps k1..k7.
 
+For the code that calls :func:`emit_eltwise` (the output stage):
+
+* it writes x and the ``temps`` it is given (:func:`temps_needed`: relu 1, clip 1,
+  linear/abs/square/sqrt/round 0, exp 2, logistic/tanh/gelu_tanh/swish 3,
+  hardswish 2, gelu_erf 4) and nothing else: no opmask, no general-purpose register,
+  no flags; constants are RIP-relative memory operands from the kernel's constant pool
+  (PeachPy shares equal constants, and a repeated ``tag`` is harmless);
+* alpha and beta are baked into the code, so a kernel's cache key must hold their
+  float32 bits, and :func:`code_version` so that a changed emitter is not served from
+  the disk cache;
+* instructions: ymm needs AVX (VBLENDVPS, VROUNDPS) and AVX2 (integer ops); zmm needs
+  AVX512F and AVX512DQ (VANDPS/VORPS/VXORPS on zmm).
+
+:func:`generate_apply` / :func:`generate_chain` build a stand-alone kernel
+``void f(float *x, int64_t n)`` that applies one (or a chain of) post-op(s) in place,
+for tests and for looking at the code (``GeneratedCode.listing``).
+
 Assumed run-time state: MXCSR as every thread starts with it (round to nearest even,
 no flush-to-zero, no denormals-are-zero, exceptions masked). The model assumes the same.
 
@@ -300,7 +317,7 @@ class _Emitter:
     def exp_core(self, v, t0, t1, lo: float, hi: float | None, expm1: bool = False):
         """v = exp(v) (or expm1(v)) in place; t0, t1 clobbered. See the module docstring."""
         asm = self.asm
-        self.load(t0, lo, f"exp_lo")
+        self.load(t0, lo, "exp_lo")
         asm.VMAXPS(v, t0, v)  # lo > v ? lo : v: NaN passes
         if hi is not None:
             self.load(t0, hi, "exp_hi")
@@ -364,8 +381,9 @@ def emit_eltwise(path: Path, alg: str, alpha: float, beta: float, x, temps: list
 
     ``temps``: at least :func:`temps_needed` (alg) registers of x's width, distinct from
     x and each other; their contents are clobbered. ``tag`` prefixes the constants'
-    names (give each post-op of a kernel its own, e.g. ``f"po{index}"``). No opmask
-    register and no general-purpose register is touched; flags are untouched.
+    names (give each post-op of a kernel its own, e.g. ``f"po{index}"``, so listings read
+    well; equal tags still work). No opmask register and no general-purpose register is
+    touched; flags are untouched.
     """
     alg = check_alg(alg)
     alpha, beta = check_params(alg, alpha, beta)
