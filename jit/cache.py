@@ -1,7 +1,7 @@
 """Kernel cache: in memory per process, and on disk across processes.
 
 The disk cache holds :class:`jit.build.GeneratedCode` (bytes, constants, relocations,
-listing) keyed by a hash of the library version and the kernel key, so a second process
+listing) keyed by a hash of the library version, the code generators' sources and the kernel key, so a second process
 maps the code without paying PeachPy again. Writes go to a temporary file and are
 renamed into place, so two processes writing the same entry at once are safe. The folder
 is ``INT8JIT_CACHE_DIR`` (default ``~/.cache/int8jit``), bounded by
@@ -34,8 +34,26 @@ def _disk_enabled() -> bool:
     return os.environ.get("INT8JIT_DISK_CACHE", "1") not in ("0", "", "off", "false")
 
 
+def _code_digest() -> str:
+    """A digest of the code generators' sources (jit/*.py): an edited template or output
+    stage must never be served stale from the disk cache."""
+    global _digest
+    if _digest is None:
+        h = hashlib.sha256()
+        folder = os.path.dirname(os.path.abspath(__file__))
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+        _digest = h.hexdigest()[:16]
+    return _digest
+
+
+_digest: str | None = None
+
+
 def _path(key: Hashable) -> str:
-    digest = hashlib.sha256(repr((VERSION, key)).encode()).hexdigest()[:32]
+    digest = hashlib.sha256(repr((VERSION, _code_digest(), key)).encode()).hexdigest()[:32]
     return os.path.join(cache_dir(), f"{digest}.kernel")
 
 

@@ -363,6 +363,8 @@ class _Stage:
             asm.SUB(t, v * self.lanes)
         asm.CMP(t, self.lanes)
         asm.JGE(full)
+        asm.TEST(t, t)
+        asm.JLE(done)  # no valid column in this vector
         asm.LEA(addr, [address])
         if load_into is not None:
             # Read the pieces backwards from the end of the valid bytes (1, then 2, then 4

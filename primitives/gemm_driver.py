@@ -56,6 +56,7 @@ class Plan:
     kernel: object
     structs: list
     offsets: list  # per struct: (A byte offset, dst byte offset)
+    chunks: list  # per struct: (first column, first row)
     keep: tuple  # arrays the structs point into
 
 
@@ -85,7 +86,7 @@ def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, 
         chunks = [(b * packed.tile_n, min(N, e * packed.tile_n), 0, M) for b, e in split(packed.tiles, threads)]
     else:
         chunks = [(0, N, b, e) for b, e in split(M, threads, kspec.mr)]
-    structs, offsets = [], []
+    structs, offsets, firsts = [], [], []
     for c0, c1, r0, r1 in chunks:
         s = ffi.new("struct i8j_gemm_args *")
         s.lda, s.ldc, s.b_tile_stride = lda, ldc_bytes, packed.tile_stride
@@ -107,8 +108,9 @@ def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, 
             s.po_ld[i] = 0 if operand is None else operand.ld
         structs.append(s)
         offsets.append((r0 * lda, r0 * ldc_bytes + c0 * dst_bytes))
+        firsts.append((c0, r0))
     keep = (packed, out)  # the structs hold raw addresses into these
-    return Plan(kernel, structs, offsets, keep)
+    return Plan(kernel, structs, offsets, firsts, keep)
 
 
 def run(plan: Plan, a: np.ndarray, dst: np.ndarray, a_offset: int = 0, dst_offset: int = 0) -> None:
