@@ -1,0 +1,563 @@
+"""Int8 depthwise convolution, forward inference, NHWC (the MobileNet-v2 fast case).
+
+``groups == IC == OC``: every channel has its own ``KH x KW`` filter::
+
+    acc[n, c, oh, ow] = sum_{kh, kw valid} (src[n, c, oh*SH - pt + kh*DH, ow*SW - pl + kw*DW] - zp_src)
+                                           * wei[c, 0, 0, kh, kw]                (int32, exact)
+    dst = saturate(round(post_ops(scale_src * scale_wei[c] * acc + bias[c]) / scale_dst + zp_dst[c]))
+
+with ``DH = dilation_h + 1`` (oneDNN's convention: dilation 0 is a dense window).
+Padded positions contribute nothing: ``(zp_src - zp_src) * w = 0``. The kernel
+(``jit.depthwise_kernel``) computes ``acc`` exactly on every ISA path (no VPMADDUBSW
+saturation anywhere), so the overflow policies ``exact``, ``faithful`` and
+``halve_weights`` all give the exact result and ``impl_info()`` says ``"exact"``; the
+output pipeline is the shared one (``jit.output``), channels as its columns.
+
+* src: logical ``(N, C, H, W)`` u8 or s8, tag ``nhwc`` (``acdb``) or ``any`` (-> nhwc).
+* weights: logical ``(C, 1, 1, KH, KW)`` s8 (``goihw``; the 4-D ``(C, 1, KH, KW)`` is
+  accepted too) in any plain tag, packed at every execution, or ``any``: then
+  :meth:`DepthwiseConvDesc.weights_desc` is a packed layout (:class:`DwWeightsLayout`);
+  fill it once with ``primitives.reorder`` and pass that memory.
+* dst: ``(N, C, OH, OW)`` u8/s8/s32/f32, nhwc (or ``any``); bias ``(C,)`` f32 or s32.
+* Attributes: scales src (mask 0), weights (mask 0, or one per channel: mask 1 = dim 0
+  (G); mask 3 (G and OC/G = 1) is the same count and accepted; 4-D weights: mask 1),
+  dst (mask 0); zero points src (mask 0, any s32 value) and dst (mask 0 or per channel,
+  mask 2); post-ops eltwise, one sum, binary with an f32 operand that is one value
+  ``(1,1,1,1)``, per channel ``(1,C,1,1)``, per pixel ``(N,1,OH,OW)`` or full
+  ``(N,C,OH,OW)`` in nhwc.
+* Threads: the ``N*OH`` output rows are split into one chunk per thread, one kernel call
+  per chunk. Scratchpad: the per-channel scale/bias/zero-point vectors (padded to whole
+  vectors) and, for plain weights, the packed weights; honoured in user mode.
+
+Example::
+
+    >>> import numpy as np
+    >>> from primitives.memory import desc
+    >>> pd = DepthwiseConvDesc(desc((1, 2, 3, 3), "u8", "nhwc"), desc((2, 1, 1, 3, 3), "s8", "goihw"),
+    ...                        desc((1, 2, 1, 1), "s32", "nhwc"))
+    >>> x = np.ones((1, 3, 3, 2), np.uint8); w = np.ones((2, 1, 1, 3, 3), np.int8); w[1] *= -2
+    >>> y = np.zeros((1, 1, 1, 2), np.int32)
+    >>> pd.create().execute({"src": x, "weights": w, "dst": y})
+    >>> y.ravel().tolist()
+    [9, -18]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from jit.depthwise_kernel import ARGS_CDEF, DwKernelSpec, zp_route
+from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
+from primitives import verbose
+from primitives.attr import BIAS, DST, SRC, WEIGHTS, Binary, Eltwise, Sum, post_op_src1, scales, zero_points
+from primitives.base import Primitive, PrimitiveDesc
+from primitives.memory import Memory, MemoryDesc, desc, packed_desc
+from primitives.reference import output_pipeline, wrap_int32
+from runtime import isa as isa_mod
+from runtime.ffi import declare, ffi, pointer_to
+from runtime.threads import resolve_threads, run_chunks, split
+
+declare(ARGS_CDEF)
+
+_DST_TYPES = ("u8", "s8", "s32", "f32")
+_NHWC = "acdb"
+_MIN_MACS_PER_THREAD = 1 << 18  # below this many multiply-adds a second thread costs more than it gives
+
+
+def _ints(name: str, value, minimum: int) -> tuple[int, int]:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value, value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"{name}: expected 2 integers (H, W), got {value!r}")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+            what = "positive" if minimum == 1 else "non-negative"
+            raise ValueError(f"{name}: expected {what} integers, got {tuple(value)!r}")
+    return int(value[0]), int(value[1])
+
+
+def _lanes(isa: str) -> int:
+    from jit.dot import fast_path
+
+    return fast_path(isa).lanes
+
+
+def _c_pad(c: int, lanes: int) -> int:
+    return -(-c // lanes) * lanes
+
+
+def pack_into(w_ck: np.ndarray, out: np.ndarray, lanes: int) -> np.ndarray:
+    """Pack ``(C, taps)`` s8 weights into ``out`` (int32, ``taps*C_pad + lanes``): ``[tap][C_pad]``
+    lanes whose low s16 is the weight and high s16 zero; everything else zero."""
+    c, taps = w_ck.shape
+    cp = _c_pad(c, lanes)
+    out[:] = 0
+    words = out.view(np.int16)[: 2 * taps * cp].reshape(taps, cp, 2)
+    words[:, :c, 0] = w_ck.T
+    return out
+
+
+@dataclass(frozen=True)
+class DwWeightsLayout:
+    """The packed weights layout of :class:`DepthwiseConvDesc` (a ``packed`` desc's record):
+    ``[KH*KW][C_pad]`` s32 lanes (weight in the low s16, zero high s16) plus one vector of
+    slack, ``C_pad`` = C rounded up to the ISA's vector lanes."""
+
+    isa: str
+    c: int
+    kh: int
+    kw: int
+
+    @property
+    def lanes(self) -> int:
+        return _lanes(self.isa)
+
+    @property
+    def elements(self) -> int:
+        return self.kh * self.kw * _c_pad(self.c, self.lanes) + self.lanes
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.elements
+
+    def pack(self, src_logical: np.ndarray, dst: Memory) -> None:
+        """Pack logical s8 weights ``(C, 1, 1, KH, KW)`` (or ``(C, 1, KH, KW)``) into ``dst``."""
+        if src_logical.dtype != np.int8:
+            raise ValueError(f"weights: expected s8 values to pack, got {src_logical.dtype}")
+        if src_logical.size != self.c * self.kh * self.kw:
+            raise ValueError(f"weights: expected {self.c * self.kh * self.kw} values, got shape {src_logical.shape}")
+        buf = dst.array.reshape(-1).view(np.uint8)[: self.nbytes].view(np.int32)
+        pack_into(np.asarray(src_logical).reshape(self.c, self.kh * self.kw), buf, self.lanes)
+        dst.payload = ("dw", self, buf)
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    n: int
+    c: int
+    ih: int
+    iw: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int  # effective: dilation + 1
+    dw: int
+    pt: int
+    pl: int
+
+    @property
+    def macs(self) -> int:
+        return self.n * self.c * self.oh * self.ow * self.kh * self.kw
+
+
+def _valid_taps(o: int, stride: int, pad: int, dil: int, k: int, size: int) -> tuple[int, int]:
+    """(first valid tap, number of valid taps) of output position ``o`` along one axis."""
+    start = o * stride - pad
+    taps = [t for t in range(k) if 0 <= start + t * dil < size]
+    return (taps[0], len(taps)) if taps else (0, 0)
+
+
+class DepthwiseConvDesc(PrimitiveDesc):
+    """Depthwise int8 convolution (forward inference, NHWC); see the module docstring.
+
+    ``DepthwiseConvDesc(src_md, weights_md, dst_md, bias_md=None, strides=(1, 1),
+    padding_l=(0, 0), padding_r=(0, 0), dilation=(0, 0), attr=None, isa=None, threads=None)``
+    """
+
+    kind = "convolution"
+
+    def __init__(self, src_md: MemoryDesc, weights_md: MemoryDesc, dst_md: MemoryDesc,
+                 bias_md: MemoryDesc | None = None, strides=(1, 1), padding_l=(0, 0), padding_r=(0, 0),
+                 dilation=(0, 0), attr=None, isa: str | None = None, threads: int | None = None):
+        super().__init__(attr, isa)
+        self.threads = resolve_threads(threads)
+        for name, md in (("src", src_md), ("weights", weights_md), ("dst", dst_md)):
+            if not isinstance(md, MemoryDesc):
+                raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
+        if bias_md is not None and not isinstance(bias_md, MemoryDesc):
+            raise TypeError(f"bias: expected a MemoryDesc or None, got {type(bias_md).__name__}")
+        self.isa = isa_mod.effective_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
+        strides = _ints("strides", strides, 1)
+        padding_l = _ints("padding_l", padding_l, 0)
+        padding_r = _ints("padding_r", padding_r, 0)
+        dilation = _ints("dilation", dilation, 0)
+        # -- shapes
+        if src_md.ndims != 4:
+            raise ValueError(f"src: expected 4 dims (N, C, H, W), got {src_md.dims}")
+        if src_md.dt not in ("u8", "s8"):
+            raise ValueError(f"src: expected a u8 or s8 source, got {src_md.dt!r}")
+        N, C, IH, IW = src_md.dims
+        if weights_md.dt != "s8":
+            raise ValueError(f"weights: expected s8 weights, got {weights_md.dt!r}")
+        wd = weights_md.dims
+        if weights_md.ndims == 5 and wd[:3] == (C, 1, 1):
+            KH, KW = wd[3:]
+        elif weights_md.ndims == 4 and wd[:2] == (C, 1):
+            KH, KW = wd[2:]
+        else:
+            raise ValueError(f"weights: expected dims (G={C}, 1, 1, KH, KW) (or ({C}, 1, KH, KW)) for a depthwise "
+                             f"convolution of {C} channels, got {wd}")
+        if not (weights_md.is_any or weights_md.is_plain):
+            raise ValueError(f"weights: expected a plain tag or 'any', got {weights_md}")
+        geo_k = []
+        outs = []
+        for axis, i, k, s, pl, pr, d in (("H", IH, KH, strides[0], padding_l[0], padding_r[0], dilation[0]),
+                                         ("W", IW, KW, strides[1], padding_l[1], padding_r[1], dilation[1])):
+            extent = (k - 1) * (d + 1) + 1
+            if extent > i + pl + pr:
+                raise ValueError(f"weights: window of {extent} along {axis} (kernel {k}, dilation {d}) is larger "
+                                 f"than the padded input {i} + {pl} + {pr} = {i + pl + pr}")
+            outs.append((i + pl + pr - extent) // s + 1)
+            geo_k.append(d + 1)
+        OH, OW = outs
+        if dst_md.ndims != 4 or dst_md.dims != (N, C, OH, OW):
+            raise ValueError(f"dst: expected dims {(N, C, OH, OW)} (src {src_md.dims}, kernel {KH}x{KW}, strides "
+                             f"{strides}, padding {padding_l}/{padding_r}, dilation {dilation}), got {dst_md.dims}")
+        if dst_md.dt not in _DST_TYPES:
+            raise ValueError(f"dst: expected a dst of type {', '.join(_DST_TYPES)}, got {dst_md.dt!r}")
+        if src_md.is_any:
+            src_md = src_md.with_tag(_NHWC)
+        if dst_md.is_any:
+            dst_md = dst_md.with_tag(_NHWC)
+        if src_md.tag != _NHWC:
+            raise ValueError(f"src: expected tag nhwc (acdb) or any, got {src_md.tag!r}; the depthwise kernel is NHWC")
+        if dst_md.tag != _NHWC:
+            raise ValueError(f"dst: expected tag nhwc (acdb) or any, got {dst_md.tag!r}; the depthwise kernel is NHWC")
+        if bias_md is not None:
+            if bias_md.dt not in ("f32", "s32"):
+                raise ValueError(f"bias: expected an f32 or s32 bias, got {bias_md.dt!r}")
+            if bias_md.size != C or (bias_md.ndims != 1 and bias_md.dims[-1] != C):
+                raise ValueError(f"bias: expected {C} values (one per channel), got dims {bias_md.dims}")
+            if bias_md.is_any:
+                bias_md = bias_md.with_tag("a" if bias_md.ndims == 1 else "abcdefgh"[:bias_md.ndims])
+        self.geo = _Geometry(N, C, IH, IW, OH, OW, KH, KW, strides[0], strides[1], geo_k[0], geo_k[1],
+                             padding_l[0], padding_l[1])
+        self.strides, self.padding_l, self.padding_r, self.dilation = strides, padding_l, padding_r, dilation
+        # -- attributes
+        attr = self.attr
+        wmasks = (0, 1, 3) if weights_md.ndims == 5 else (0, 1)
+        attr.validate({SRC: src_md, WEIGHTS: weights_md, DST: dst_md}, "depthwise convolution",
+                      scales_masks={SRC: (0,), WEIGHTS: wmasks, DST: (0,)}, zero_points_args=(SRC, DST),
+                      zero_points_masks={SRC: (0,), DST: (0, 2)}, max_sums=1)
+        post = []
+        self._binary = []  # (post-op index, broadcast)
+        for i, e in enumerate(attr.post_ops):
+            if isinstance(e, Eltwise):
+                post.append(EltwiseOp(e.alg, e.alpha, e.beta))
+            elif isinstance(e, Sum):
+                post.append(SumOp(e.dt or dst_md.dt))
+            elif isinstance(e, Binary):
+                kind = self._broadcast(e.src1, i)
+                post.append(BinaryOp(e.alg, kind))
+                self._binary.append((i, kind))
+            else:  # pragma: no cover - PostOps holds only these
+                raise ValueError(f"post_ops[{i}]: unknown entry {e!r}")
+        self._scale_kind = ("col" if attr.scales_mask(WEIGHTS) else "common") \
+            if (SRC in attr.scales or WEIGHTS in attr.scales) else "none"
+        zp_dst = attr.zero_points_mask(DST)
+        self.output = OutputSpec(
+            float_mode=True, scale=self._scale_kind, bias="none" if bias_md is None else "col",
+            post_ops=tuple(post), dst_scale=DST in attr.scales,
+            dst_zp="none" if zp_dst is None else ("col" if zp_dst else "common"), dst_dt=dst_md.dt)
+        if dst_md.dt == "s32" and self._scale_kind == "none" and not post and bias_md is None \
+                and zp_dst is None and DST not in attr.scales:
+            self.output = OutputSpec()  # the plain int32 sums, wrapping
+        self.src_dt = src_md.dt
+        self.has_src_zp = SRC in attr.zero_points
+        # One kernel now, so creation pays code generation (or the disk cache) once.
+        self.spec = self.kernel_spec("s16" if self.has_src_zp else "none")
+        self._kernel(self.spec)
+        self.lanes = self.spec.lanes
+        self.c_pad = _c_pad(C, self.lanes)
+        self._weights_layout = DwWeightsLayout(self.isa, C, KH, KW)
+        if weights_md.is_any:
+            weights_md = packed_desc(weights_md.dims, "s8", self._weights_layout, self._weights_layout.nbytes)
+        self._set_desc(SRC, src_md)
+        self._set_desc(WEIGHTS, weights_md)
+        self._set_desc(DST, dst_md)
+        self._set_desc(BIAS, bias_md)
+        vec_bytes = 4 * (self.c_pad + self.lanes)
+        self._vec_bytes = vec_bytes
+        self.scratchpad_nbytes = 4 * vec_bytes + (0 if weights_md.is_packed else self._weights_layout.nbytes)
+        if verbose.enabled("dispatch"):
+            verbose.dispatch(self.kind, self.impl_name(), "chosen: groups == IC == OC, NHWC")
+
+    def kernel_spec(self, zp: str) -> DwKernelSpec:
+        return DwKernelSpec(self.isa, self.src_dt, zp, self.output)
+
+    @staticmethod
+    def _kernel(spec: DwKernelSpec):
+        from jit import cache
+        from jit.depthwise_kernel import generate
+
+        return cache.get_kernel(("depthwise", spec), lambda: generate(spec))
+
+    def _broadcast(self, src1: MemoryDesc, index: int) -> str:
+        g = self.geo
+        if src1.dt != "f32":
+            raise ValueError(f"post_ops[{index}]: binary operand of type {src1.dt!r}; the depthwise convolution "
+                             "takes f32 operands")
+        dims = src1.dims
+        if src1.ndims == 4 and src1.is_plain:
+            if dims == (1, 1, 1, 1):
+                return "common"
+            if dims == (1, g.c, 1, 1):
+                return "col"
+            if dims == (g.n, g.c, g.oh, g.ow):
+                nhwc = all(a == b for a, b, d in zip(src1.strides, desc(dims, "f32", _NHWC).strides, dims) if d > 1)
+                if nhwc:
+                    return "full"
+                raise ValueError(f"post_ops[{index}]: a full binary operand must be nhwc (acdb) like dst, got tag "
+                                 f"{src1.tag!r}")
+            if dims == (g.n, 1, g.oh, g.ow):
+                return "row"
+        raise ValueError(f"post_ops[{index}]: binary operand {src1} against dst {(g.n, g.c, g.oh, g.ow)}: the "
+                         f"depthwise convolution takes plain 4-D f32 operands of dims (1,1,1,1), (1,{g.c},1,1), "
+                         f"({g.n},1,{g.oh},{g.ow}) or ({g.n},{g.c},{g.oh},{g.ow}) (nhwc)")
+
+    def _key_extra(self):
+        return (self.strides, self.padding_l, self.padding_r, self.dilation, self.threads)
+
+    def impl_info(self) -> dict:
+        g = self.geo
+        return {"kind": self.kind, "impl": f"depthwise:{self.isa}", "isa": self.isa, "kernel": self.spec.name,
+                "policy": self.attr.policy, "exact": True,
+                "decision": "exact: bytes widened to s32 lanes, products by VPDPWSSD (VNNI) / VPMADDWD or, for "
+                            "a source zero point outside s16 reach, VPMULLD; no saturating step on any ISA, so "
+                            "every overflow policy gives the exact int32 sums",
+                "pixels_per_block": self.spec.pixels, "vector_lanes": self.spec.lanes,
+                "shape": {"N": g.n, "C": g.c, "IH": g.ih, "IW": g.iw, "OH": g.oh, "OW": g.ow, "KH": g.kh,
+                          "KW": g.kw}, "strides": self.strides, "padding": (self.padding_l, self.padding_r),
+                "dilation": self.dilation, "threads": self.threads, "output": self.output}
+
+    def _verbose_desc(self) -> str:
+        def x(v):
+            return "x".join(map(str, v))
+
+        return (f"{super()._verbose_desc()} g:{self.geo.c} kernel:{self.geo.kh}x{self.geo.kw} "
+                f"strides:{x(self.strides)} pad:{x(self.padding_l)}/{x(self.padding_r)} dil:{x(self.dilation)}")
+
+    def _create_primitive(self) -> "DepthwiseConv":
+        return DepthwiseConv(self)
+
+
+class DepthwiseConv(Primitive):
+    """The depthwise convolution primitive: ``execute({"src", "weights", "dst", ...})``."""
+
+    def __init__(self, pd: DepthwiseConvDesc):
+        super().__init__(pd)
+        self._kernels = {pd.spec.zp: pd._kernel(pd.spec)}
+        g = pd.geo
+        lanes, cp = pd.lanes, pd.c_pad
+        w_tap = 4 * cp
+        htab = np.zeros((g.oh, 3), np.int64)
+        for oh in range(g.oh):
+            k0, kn = _valid_taps(oh, g.sh, g.pt, g.dh, g.kh, g.ih)
+            htab[oh] = ((oh * g.sh - g.pt + k0 * g.dh) * g.iw * g.c if kn else 0, k0 * g.kw * w_tap, kn)
+        wtab = np.zeros((g.ow, 3), np.int64)
+        interior = []
+        for ow in range(g.ow):
+            k0, kn = _valid_taps(ow, g.sw, g.pl, g.dw, g.kw, g.iw)
+            wtab[ow] = ((ow * g.sw - g.pl + k0 * g.dw) * g.c if kn else 0, k0 * w_tap, kn)
+            if kn == g.kw:
+                interior.append(ow)
+        self._tables = (htab, wtab)
+        P = pd.spec.pixels
+        ow_lo, ow_hi = (interior[0], interior[-1] + 1) if interior else (g.ow + 1, 0)
+        dst_bytes = pd.dst_desc().itemsize
+        rows = g.n * g.oh
+        threads = max(1, min(pd.threads, rows, g.macs // _MIN_MACS_PER_THREAD))
+        full = g.c // lanes * lanes
+        self._chunks = []
+        for begin, end in split(rows, threads):
+            s = ffi.new("struct i8j_dw_args *")
+            n0, oh0 = divmod(begin, g.oh)
+            s.htab, s.wtab = pointer_to(htab), pointer_to(wtab)
+            s.rows, s.oh, s.pix = end - begin, oh0, 0
+            s.OH, s.OW, s.img_bytes, s.C = g.oh, g.ow, g.ih * g.iw * g.c, g.c
+            s.full_bytes, s.tail, s.tail_mask = 4 * full, g.c - full, (1 << (g.c - full)) - 1
+            s.src_px, s.src_dw, s.src_dh = g.sw * g.c, g.dw * g.c, g.dh * g.iw * g.c
+            s.w_tap, s.w_kh = w_tap, g.kw * w_tap
+            s.dst_px, s.row_dst = g.c * dst_bytes, g.ow * g.c * dst_bytes
+            s.ow_lo, s.ow_blk_last = ow_lo, ow_hi - P
+            s.dst_scale = 1.0
+            for i, e in enumerate(pd.attr.post_ops):
+                s.po_scale[i] = e.scale if isinstance(e, Sum) else 1.0
+                s.po_zp[i] = float(e.zero_point) if isinstance(e, Sum) else 0.0
+                s.po_ld[i] = 4 * g.c
+            self._chunks.append((bytes(ffi.buffer(s)), n0 * g.ih * g.iw * g.c, begin * g.ow * g.c * dst_bytes,
+                                 begin * g.ow))
+
+    def impl_info(self) -> dict:
+        return self.pd.impl_info()
+
+    def _kernel(self, route: str):
+        kernel = self._kernels.get(route)
+        if kernel is None:
+            kernel = self._kernels[route] = self.pd._kernel(self.pd.kernel_spec(route))
+        return kernel
+
+    def _execute(self, mem: dict, scratchpad) -> None:
+        pd = self.pd
+        g = pd.geo
+        src, dst = mem[SRC].array, mem[DST].array
+        if np.may_share_memory(src, dst):
+            raise ValueError("dst: overlaps src; the convolution is not in place")
+        vb = pd._vec_bytes
+        sp = scratchpad
+        col_comp = sp[:vb].view(np.int32)
+        scale = sp[vb:2 * vb].view(np.float32)
+        bias = sp[2 * vb:3 * vb].view(np.float32)
+        dst_zp = sp[3 * vb:4 * vb].view(np.float32)
+        col_comp[:] = 0
+        C = g.c
+        if pd._scale_kind != "none":
+            s = np.float32(mem[scales(SRC)].array[0]) if scales(SRC) in mem else np.float32(1)
+            w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else np.ones(1, np.float32)
+            scale[:C] = s * w.astype(np.float32)
+        if BIAS in mem:
+            bias[:C] = mem[BIAS].array.reshape(-1).astype(np.float32)
+        zp_dst_kind = pd.output.dst_zp
+        if zp_dst_kind != "none":
+            dst_zp[:C] = mem[zero_points(DST)].array.astype(np.float32)
+        zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
+        dst_scale = float(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
+        wmem = mem[WEIGHTS]
+        if wmem.desc.is_packed:
+            payload = wmem.payload
+            if not (isinstance(payload, tuple) and payload[:2] == ("dw", pd._weights_layout)):
+                raise ValueError("weights: this packed memory was not filled by a reorder into the layout "
+                                 "weights_desc() asked for")
+            wpacked = payload[2]
+        else:
+            wpacked = sp[4 * vb:4 * vb + pd._weights_layout.nbytes].view(np.int32)
+            pack_into(wmem.logical().reshape(C, g.kh * g.kw), wpacked, pd.lanes)
+        route = zp_route(pd.src_dt, zp_src) if pd.has_src_zp else "none"
+        kernel = self._kernel(route)
+        binaries = []
+        for i, kind in pd._binary:
+            a = mem[post_op_src1(i)].array
+            binaries.append((i, kind, pointer_to(a)))
+        src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
+        w_ptr = pointer_to(wpacked)
+        cc, sc, bi, dz = (pointer_to(col_comp), pointer_to(scale), pointer_to(bias), pointer_to(dst_zp))
+        structs = []
+        for template, src_off, dst_off, pix0 in self._chunks:
+            s = ffi.new("struct i8j_dw_args *")
+            ffi.memmove(s, template, len(template))
+            s.src, s.dst, s.wei = src_ptr + src_off, dst_ptr + dst_off, w_ptr
+            s.col_comp, s.scale, s.bias, s.dst_zp = cc, sc, bi, dz
+            s.dst_scale, s.zp = dst_scale, zp_src
+            for i, kind, base in binaries:
+                s.po_src[i] = base + {"common": 0, "col": 0, "row": 4 * pix0, "full": 4 * pix0 * C}[kind]
+            structs.append(s)
+        run_chunks(kernel.function, structs)
+
+
+def depthwise_conv_desc(*args, **kwargs) -> DepthwiseConvDesc:
+    """Function form of :class:`DepthwiseConvDesc`."""
+    return DepthwiseConvDesc(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- reference
+
+def depthwise_sums(x_nhwc: np.ndarray, w: np.ndarray, zp_src: int = 0, strides=(1, 1), padding_l=(0, 0),
+                   padding_r=(0, 0), dilation=(0, 0)) -> np.ndarray:
+    """The exact sums ``sum (x - zp_src) * w`` (int64) in NHWC, padded taps contributing 0.
+
+    ``x_nhwc``: (N, H, W, C) u8/s8; ``w``: (C, KH, KW) (or (C, 1, 1, KH, KW)) s8.
+    """
+    n, ih, iw, c = x_nhwc.shape
+    w = np.asarray(w).reshape(c, w.shape[-2], w.shape[-1]).astype(np.int64)
+    kh, kw = w.shape[1:]
+    (sh, sw), (pt, pl), (pb, pr) = strides, padding_l, padding_r
+    dh, dw = dilation[0] + 1, dilation[1] + 1
+    oh = (ih + pt + pb - ((kh - 1) * dh + 1)) // sh + 1
+    ow = (iw + pl + pr - ((kw - 1) * dw + 1)) // sw + 1
+    # padded with zp, so padding contributes (zp - zp) * w = 0
+    xp = np.full((n, ih + pt + pb, iw + pl + pr, c), zp_src, np.int64)
+    xp[:, pt:pt + ih, pl:pl + iw] = x_nhwc
+    xp -= zp_src
+    out = np.zeros((n, oh, ow, c), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw]
+            out += patch * w[:, i, j]
+    return out
+
+
+def depthwise_ref(x_nhwc, w, *, zp_src=0, strides=(1, 1), padding_l=(0, 0), padding_r=(0, 0), dilation=(0, 0),
+                  dst_dt="s32", plain=False, **pipeline) -> np.ndarray:
+    """The whole primitive in numpy: :func:`depthwise_sums`, wrapped to int32, then
+    ``primitives.reference.output_pipeline`` on the (N*OH*OW, C) matrix of sums.
+
+    ``pipeline``: scale, bias, post_ops, dst_old, dst_scale, dst_zp as ``output_pipeline``
+    takes them, broadcast against (pixels, C); ``plain``: the integer-mode result.
+    """
+    sums = depthwise_sums(x_nhwc, w, zp_src, strides, padding_l, padding_r, dilation)
+    shape = sums.shape
+    v = wrap_int32(sums.reshape(-1, shape[-1]))
+    if plain:
+        return v.reshape(shape)
+    if pipeline.get("dst_old") is not None:
+        pipeline["dst_old"] = np.asarray(pipeline["dst_old"]).reshape(-1, shape[-1])
+    return output_pipeline(v, dst_dt=dst_dt, **pipeline).reshape(shape)
+
+
+# ----------------------------------------------------------------------------- benchmark
+
+MOBILENET_V2_LAYERS = (
+    # (C, H, W, stride): the 3x3 depthwise layers of MobileNet-v2 at 224x224
+    (32, 112, 112, 1), (96, 112, 112, 2), (144, 56, 56, 1), (144, 56, 56, 2), (192, 28, 28, 1),
+    (192, 28, 28, 2), (384, 14, 14, 1), (576, 14, 14, 1), (576, 14, 14, 2), (960, 7, 7, 1),
+)
+
+
+def bench_case(n: int = 1, c: int = 32, h: int = 112, w: int = 112, kernel: int = 3, stride: int = 1,
+               padding: int | None = None, src_dt: str = "u8", dst_dt: str = "u8", isa: str | None = None,
+               threads: int = 1, quantized: bool = True, seed: int = 0):
+    """A ready-to-time depthwise convolution: ``(run, ops, numpy_run)``.
+
+    ``run()`` executes the primitive once (NHWC, with ``quantized``: bias, per-channel
+    scales, relu and a u8 dst, as MobileNet-v2 runs it); ``ops`` = 2*N*C*OH*OW*KH*KW;
+    ``numpy_run()`` computes the same with :func:`depthwise_ref`.
+    """
+    from primitives.attr import Attr, PostOps
+
+    rng = np.random.default_rng(seed)
+    pad = kernel // 2 if padding is None else padding
+    oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
+    dtype = np.uint8 if src_dt == "u8" else np.int8
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, (n, h, w, c)).astype(dtype)
+    wei = rng.integers(-128, 128, (c, 1, 1, kernel, kernel)).astype(np.int8)
+    attr, bias_md, args = None, None, {}
+    if quantized:
+        attr = Attr(scales={"src": 0, "weights": 1, "dst": 0}).set_post_ops(PostOps().eltwise("relu"))
+        bias_md = desc((c,), "f32", "a")
+        args = {"bias": rng.normal(0, 100, c).astype(np.float32), "scales:src": np.float32([0.02]),
+                "scales:weights": rng.uniform(0.001, 0.01, c).astype(np.float32), "scales:dst": np.float32([0.5])}
+    else:
+        dst_dt = "s32"
+    pd = DepthwiseConvDesc(desc((n, c, h, w), src_dt, "nhwc"), desc((c, 1, 1, kernel, kernel), "s8", "goihw"),
+                           desc((n, c, oh, ow), dst_dt, "nhwc"), bias_md, strides=(stride, stride),
+                           padding_l=(pad, pad), padding_r=(pad, pad), attr=attr, isa=isa, threads=threads)
+    prim = pd.create()
+    y = np.zeros((n, oh, ow, c), {"u8": np.uint8, "s8": np.int8, "s32": np.int32, "f32": np.float32}[dst_dt])
+    args.update(src=x, weights=wei, dst=y)
+
+    def run():
+        prim.execute(args)
+
+    def numpy_run():
+        return depthwise_sums(x, wei, 0, (stride, stride), (pad, pad), (pad, pad))
+
+    return run, 2 * n * c * oh * ow * kernel * kernel, numpy_run
+
+
+__all__ = ["DepthwiseConvDesc", "DepthwiseConv", "DwWeightsLayout", "depthwise_conv_desc", "depthwise_sums",
+           "depthwise_ref", "bench_case", "MOBILENET_V2_LAYERS", "pack_into"]
