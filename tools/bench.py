@@ -125,6 +125,10 @@ def int8jit_gemm_callable(kind, M, N, K, isa, threads, policy, A, B, C):
 
 
 BENCHES = {"gemm": GemmBench}
+BENCHES["matmul"] = __import__("tools.bench_primitives", fromlist=["_"]).MatmulCommand
+BENCHES["ip"] = __import__("tools.bench_primitives", fromlist=["_"]).IpCommand
+BENCHES["conv"] = __import__("tools.bench_primitives", fromlist=["_"]).ConvCommand
+BENCHES["pool"] = __import__("tools.bench_primitives", fromlist=["_"]).PoolCommand
 
 
 # ------------------------------------------------------------------ the machine
