@@ -26,8 +26,9 @@ output pipeline is the shared one (``jit.output``), channels as its columns.
   ``(1,1,1,1)``, per channel ``(1,C,1,1)``, per pixel ``(N,1,OH,OW)`` or full
   ``(N,C,OH,OW)`` in nhwc.
 * Threads: the ``N*OH`` output rows are split into one chunk per thread, one kernel call
-  per chunk. Scratchpad: the per-channel scale/bias/zero-point vectors (padded to whole
-  vectors) and, for plain weights, the packed weights; honoured in user mode.
+  per chunk. Scratchpad: the per-channel scale/bias/zero-point vectors of a call (padded
+  to whole vectors), honoured in user mode. Plain weights are packed at execution into a
+  one-entry cache of the primitive (reused while the same weight values come back).
 
 Example::
 
@@ -280,9 +281,14 @@ class DepthwiseConvDesc(PrimitiveDesc):
         self._set_desc(WEIGHTS, weights_md)
         self._set_desc(DST, dst_md)
         self._set_desc(BIAS, bias_md)
+        # Scratchpad: the per-channel vectors the output stage reads whole (padded to full vectors).
         vec_bytes = 4 * (self.c_pad + self.lanes)
-        self._vec_bytes = vec_bytes
-        self.scratchpad_nbytes = 4 * vec_bytes + (0 if weights_md.is_packed else self._weights_layout.nbytes)
+        needs = [self._scale_kind != "none", bias_md is not None, self.output.dst_zp != "none"]
+        self._sp = {}
+        for name, need in zip(("scale", "bias", "dst_zp"), needs):
+            if need:
+                self._sp[name] = slice(len(self._sp) * vec_bytes, (len(self._sp) + 1) * vec_bytes)
+        self.scratchpad_nbytes = len(self._sp) * vec_bytes
         if verbose.enabled("dispatch"):
             verbose.dispatch(self.kind, self.impl_name(), "chosen: groups == IC == OC, NHWC")
 
@@ -366,6 +372,12 @@ class DepthwiseConv(Primitive):
             if kn == g.kw:
                 interior.append(ow)
         self._tables = (htab, wtab)
+        self._zeros = np.zeros(cp + lanes, np.int32)  # col_comp: the zero point is subtracted in the kernel
+        self._zeros_p = pointer_to(self._zeros)
+        self._w_cache = None
+        wmd = pd.weights_desc()
+        self._w_inverse = None if wmd.is_packed else tuple(int(i) for i in np.argsort(wmd.perm))
+        self._fast = self._fast_args()
         P = pd.spec.pixels
         ow_lo, ow_hi = (interior[0], interior[-1] + 1) if interior else (g.ow + 1, 0)
         dst_bytes = pd.dst_desc().itemsize
@@ -401,56 +413,111 @@ class DepthwiseConv(Primitive):
             kernel = self._kernels[route] = self.pd._kernel(self.pd.kernel_spec(route))
         return kernel
 
-    def _execute(self, mem: dict, scratchpad) -> None:
+    # -- execution ----------------------------------------------------------------------
+    def execute(self, args) -> None:
+        """Dense ndarrays (and the packed weights Memory) of exactly the descriptor's shapes
+        skip the generic conversion of :meth:`Primitive.execute` (the same checks, less
+        Python); anything else, or verbose mode, goes through it."""
+        fast = self._fast
+        if type(args) is dict and len(args) == len(fast) and not verbose.enabled("exec"):
+            arrays = {}
+            for name, value in args.items():
+                want = fast.get(name)
+                if want is None:
+                    break
+                if type(value) is np.ndarray:
+                    if value.shape != want[0] or value.dtype != want[1] or not value.flags.c_contiguous:
+                        break
+                    if want[2] == "scales" and not np.isfinite(value).all():
+                        break
+                elif name == WEIGHTS and type(value) is Memory and value.desc == want[3]:
+                    pass
+                else:
+                    break
+                arrays[name] = value
+            else:
+                if args[DST].flags.writeable and not self.pd.attr.scratchpad_mode == "user":
+                    self._run(arrays, self._scratchpad(args, self._spec()))
+                    return
+        super().execute(args)
+
+    def _fast_args(self) -> dict:
+        """name -> (physical shape, dtype, kind, desc) of the arguments the fast path takes."""
         pd = self.pd
-        g = pd.geo
-        src, dst = mem[SRC].array, mem[DST].array
-        if np.may_share_memory(src, dst):
-            raise ValueError("dst: overlaps src; the convolution is not in place")
-        vb = pd._vec_bytes
-        sp = scratchpad
-        col_comp = sp[:vb].view(np.int32)
-        scale = sp[vb:2 * vb].view(np.float32)
-        bias = sp[2 * vb:3 * vb].view(np.float32)
-        dst_zp = sp[3 * vb:4 * vb].view(np.float32)
-        col_comp[:] = 0
-        C = g.c
-        if pd._scale_kind != "none":
-            s = np.float32(mem[scales(SRC)].array[0]) if scales(SRC) in mem else np.float32(1)
-            w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else np.ones(1, np.float32)
-            scale[:C] = s * w.astype(np.float32)
-        if BIAS in mem:
-            bias[:C] = mem[BIAS].array.reshape(-1).astype(np.float32)
-        zp_dst_kind = pd.output.dst_zp
-        if zp_dst_kind != "none":
-            dst_zp[:C] = mem[zero_points(DST)].array.astype(np.float32)
-        zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
-        dst_scale = float(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
-        wmem = mem[WEIGHTS]
-        if wmem.desc.is_packed:
-            payload = wmem.payload
-            if not (isinstance(payload, tuple) and payload[:2] == ("dw", pd._weights_layout)):
+        out = {}
+        for name in pd.exec_arg_names():
+            md = pd.query(name)
+            kind = name.partition(":")[0]
+            if kind in ("scales", "zero_points"):
+                out[name] = ((md.dims[0],), np.dtype(np.float32 if kind == "scales" else np.int32), kind, md)
+            elif md.is_packed:
+                out[name] = (None, None, "packed", md)
+            else:
+                out[name] = (md.physical_shape, md.numpy_dtype, "tensor", md)
+        return out
+
+    def _execute(self, mem: dict, scratchpad) -> None:
+        self._run({name: (m if name == WEIGHTS else m.array) for name, m in mem.items()}, scratchpad)
+
+    def _packed_weights(self, w) -> np.ndarray:
+        pd = self.pd
+        if isinstance(w, Memory) and w.desc.is_packed:
+            payload = w.payload
+            if not (isinstance(payload, tuple) and len(payload) == 3 and payload[:2] == ("dw", pd._weights_layout)):
                 raise ValueError("weights: this packed memory was not filled by a reorder into the layout "
                                  "weights_desc() asked for")
-            wpacked = payload[2]
-        else:
-            wpacked = sp[4 * vb:4 * vb + pd._weights_layout.nbytes].view(np.int32)
-            pack_into(wmem.logical().reshape(C, g.kh * g.kw), wpacked, pd.lanes)
-        route = zp_route(pd.src_dt, zp_src) if pd.has_src_zp else "none"
-        kernel = self._kernel(route)
-        binaries = []
-        for i, kind in pd._binary:
-            a = mem[post_op_src1(i)].array
-            binaries.append((i, kind, pointer_to(a)))
-        src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
-        w_ptr = pointer_to(wpacked)
-        cc, sc, bi, dz = (pointer_to(col_comp), pointer_to(scale), pointer_to(bias), pointer_to(dst_zp))
+            return payload[2]
+        logical = w.logical() if isinstance(w, Memory) else np.transpose(w, self._w_inverse)
+        raw = logical.tobytes()
+        cached = self._w_cache  # (bytes, packed): replaced whole, so concurrent readers see one pair
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        g = pd.geo
+        packed = pack_into(logical.reshape(g.c, g.kh * g.kw), np.empty(pd._weights_layout.elements, np.int32),
+                           pd.lanes)
+        self._w_cache = (raw, packed)
+        return packed
+
+    def _run(self, a: dict, scratchpad) -> None:
+        pd = self.pd
+        g = pd.geo
+        src, dst = a[SRC], a[DST]
+        if np.may_share_memory(src, dst):
+            raise ValueError("dst: overlaps src; the convolution is not in place")
+        C = g.c
+        scale_p = bias_p = dst_zp_p = ffi.NULL
+        sp = scratchpad
+        if pd._scale_kind != "none":
+            vec = sp[pd._sp["scale"]].view(np.float32)
+            s = a.get(scales(SRC))
+            w = a.get(scales(WEIGHTS))
+            s = np.float32(1) if s is None else s[0]
+            if w is None:
+                vec[0] = s
+            else:
+                np.multiply(w, s, out=vec[:w.size])
+            scale_p = pointer_to(vec)
+        if BIAS in a:
+            vec = sp[pd._sp["bias"]].view(np.float32)
+            vec[:C] = a[BIAS].reshape(-1)
+            bias_p = pointer_to(vec)
+        if pd.output.dst_zp != "none":
+            vec = sp[pd._sp["dst_zp"]].view(np.float32)
+            zp = a[zero_points(DST)]
+            vec[:zp.size] = zp
+            dst_zp_p = pointer_to(vec)
+        zp_src = int(a[zero_points(SRC)][0]) if pd.has_src_zp else 0
+        dst_scale = float(a[scales(DST)][0]) if scales(DST) in a else 1.0
+        wpacked = self._packed_weights(a[WEIGHTS])
+        kernel = self._kernel(zp_route(pd.src_dt, zp_src) if zp_src else "none")
+        binaries = [(i, kind, pointer_to(a[post_op_src1(i)])) for i, kind in pd._binary]
+        src_ptr, dst_ptr, w_ptr = pointer_to(src), pointer_to(dst), pointer_to(wpacked)
         structs = []
         for template, src_off, dst_off, pix0 in self._chunks:
             s = ffi.new("struct i8j_dw_args *")
             ffi.memmove(s, template, len(template))
             s.src, s.dst, s.wei = src_ptr + src_off, dst_ptr + dst_off, w_ptr
-            s.col_comp, s.scale, s.bias, s.dst_zp = cc, sc, bi, dz
+            s.col_comp, s.scale, s.bias, s.dst_zp = self._zeros_p, scale_p, bias_p, dst_zp_p
             s.dst_scale, s.zp = dst_scale, zp_src
             for i, kind, base in binaries:
                 s.po_src[i] = base + {"common": 0, "col": 0, "row": 4 * pix0, "full": 4 * pix0 * C}[kind]
