@@ -1050,6 +1050,14 @@ class _Command:
     def main(self, argv=None) -> int:
         return run(self.name, argv)
 
+    @property
+    def shapes(self):
+        # Reached only when tools.bench's main() hands this entry to its GEMM driver
+        # (run_bench) instead of calling main(argv): say what is missing.
+        raise SystemExit(f"int8jit-bench {self.name}: tools/bench.py's main() must dispatch entries that have a "
+                         f"main(argv) to it (BENCHES[name].main(argv[1:])); meanwhile run "
+                         f"`python -m tools.bench_primitives {self.name} ...`")
+
 
 MatmulCommand, IpCommand, ConvCommand, PoolCommand = (_Command(n) for n in ("matmul", "ip", "conv", "pool"))
 
