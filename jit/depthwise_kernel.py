@@ -173,12 +173,12 @@ def generate(spec: DwKernelSpec):
 def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, read top down
     from jit import asm
     from jit.asm import (ADD, CMP, DEC, IMUL, INC, JE, JG, JGE, JL, JMP, JNE, JNZ, JZ, LABEL, LEA, MOV,
-                         SHR, SUB, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11,
+                         SHR, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11,
                          r12, r13, r14, r15)
 
     path = spec.path
     wide = path.bits == 512
-    vb, lanes = path.vector_bytes, path.lanes
+    lanes = path.lanes
     P = spec.pixels
     off = args_offsets()
     dst_bytes = spec.output.dst_bytes

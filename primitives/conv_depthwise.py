@@ -269,6 +269,14 @@ class DepthwiseConvDesc(PrimitiveDesc):
             self.output = OutputSpec()  # the plain int32 sums, wrapping
         self.src_dt = src_md.dt
         self.has_src_zp = SRC in attr.zero_points
+        # Pixels per block: the most the registers allow (6); a narrower image whose rows hold
+        # only 3..5 interior pixels (whole window inside the image along W: 5 in MobileNet's
+        # 7x7 layers) gets blocks of 5 or 3 so it still runs whole blocks. Only these sizes,
+        # so a handful of kernels serve every shape; the block is the tile, like GEMM's mr.
+        g = self.geo
+        interior = sum(1 for ow in range(OW) if _valid_taps(ow, g.sw, g.pl, g.dw, g.kw, g.iw)[1] == g.kw)
+        most = DwKernelSpec(self.isa, self.src_dt, "none", self.output).pixels
+        self._pixels = most if interior >= most or interior < 3 else min(most, 5 if interior == 5 else 3)
         # One kernel now, so creation pays code generation (or the disk cache) once.
         self.spec = self.kernel_spec("s16" if self.has_src_zp else "none")
         self._kernel(self.spec)
@@ -293,7 +301,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
             verbose.dispatch(self.kind, self.impl_name(), "chosen: groups == IC == OC, NHWC")
 
     def kernel_spec(self, zp: str) -> DwKernelSpec:
-        return DwKernelSpec(self.isa, self.src_dt, zp, self.output)
+        return DwKernelSpec(self.isa, self.src_dt, zp, self.output, self._pixels)
 
     @staticmethod
     def _kernel(spec: DwKernelSpec):
@@ -586,11 +594,14 @@ MOBILENET_V2_LAYERS = (
 
 def bench_case(n: int = 1, c: int = 32, h: int = 112, w: int = 112, kernel: int = 3, stride: int = 1,
                padding: int | None = None, src_dt: str = "u8", dst_dt: str = "u8", isa: str | None = None,
-               threads: int = 1, quantized: bool = True, seed: int = 0):
+               threads: int = 1, quantized: bool = True, dst_scale: bool = False, seed: int = 0):
     """A ready-to-time depthwise convolution: ``(run, ops, numpy_run)``.
 
-    ``run()`` executes the primitive once (NHWC, with ``quantized``: bias, per-channel
-    scales, relu and a u8 dst, as MobileNet-v2 runs it); ``ops`` = 2*N*C*OH*OW*KH*KW;
+    ``run()`` executes the primitive once (NHWC, with ``quantized``: f32 bias, per-channel
+    scales, relu and a u8 dst, as MobileNet-v2 runs it; the dst scale is folded into the
+    per-channel scales, since the output stage divides by a dst scale (VDIVPS), which
+    costs more than the rest of its work here; ``dst_scale=True`` adds one); without:
+    the plain s32 sums. ``ops`` = 2*N*C*OH*OW*KH*KW;
     ``numpy_run()`` computes the same with :func:`depthwise_ref`.
     """
     from primitives.attr import Attr, PostOps
@@ -604,10 +615,13 @@ def bench_case(n: int = 1, c: int = 32, h: int = 112, w: int = 112, kernel: int 
     wei = rng.integers(-128, 128, (c, 1, 1, kernel, kernel)).astype(np.int8)
     attr, bias_md, args = None, None, {}
     if quantized:
-        attr = Attr(scales={"src": 0, "weights": 1, "dst": 0}).set_post_ops(PostOps().eltwise("relu"))
+        attr = Attr(scales={"src": 0, "weights": 1, **({"dst": 0} if dst_scale else {})}).set_post_ops(
+            PostOps().eltwise("relu"))
         bias_md = desc((c,), "f32", "a")
         args = {"bias": rng.normal(0, 100, c).astype(np.float32), "scales:src": np.float32([0.02]),
-                "scales:weights": rng.uniform(0.001, 0.01, c).astype(np.float32), "scales:dst": np.float32([0.5])}
+                "scales:weights": rng.uniform(0.001, 0.01, c).astype(np.float32)}
+        if dst_scale:
+            args["scales:dst"] = np.float32([0.5])
     else:
         dst_dt = "s32"
     pd = DepthwiseConvDesc(desc((n, c, h, w), src_dt, "nhwc"), desc((c, 1, 1, kernel, kernel), "s8", "goihw"),
