@@ -29,7 +29,8 @@ loads, so it runs in one child process per thread count (``ONEDNN_MAX_CPU_ISA`` 
 path's name in upper case, ``OMP_NUM_THREADS``), a small server that creates and times
 primitives on request; int8jit runs in this process. Per problem: one warm-up call per
 side, then rounds; a round times one window (about 5 ms of back-to-back calls) of every
-variant on each side, until ``--min-time`` seconds per side (0.1; 0.03 with ``--quick``)
+variant on each side (oneDNN's first; with 2+ threads a 30 ms pause follows them, until
+libgomp's idle workers stop spinning), until ``--min-time`` seconds per side (0.1; 0.03 with ``--quick``)
 and at least 5 rounds (3). A figure is the best window (the least disturbed one);
 ``noise`` is how much slower the median window was than the best (the worse side).
 GOPS = 2 * MACs / s; ``%pk`` = GOPS / (the path's register-only peak per core times the
@@ -482,8 +483,8 @@ class RemoteSide:
 class Series:
     """Windows of one side of one variant: per-call seconds of each window."""
 
-    def __init__(self, timed, first_call_s: float):
-        self.timed = timed
+    def __init__(self, timed, first_call_s: float, remote: bool = False):
+        self.timed, self.remote = timed, remote
         self.n = max(1, int(WINDOW_S / max(first_call_s, 1e-7)))
         self.windows: list[float] = []
         self.total = 0.0
@@ -502,12 +503,24 @@ class Series:
         return statistics.median(self.windows) / self.best - 1.0 if self.windows else None
 
 
-def measure_interleaved(series: list[Series], min_time: float, min_rounds: int, peak=None) -> None:
+# libgomp's idle workers spin (GOMP_SPINCOUNT, PAUSE loops: milliseconds) after oneDNN's
+# last call; with 2+ threads they would steal a core from int8jit's next window.
+SETTLE_S = 0.03
+
+
+def measure_interleaved(series: list[Series], min_time: float, min_rounds: int, peak=None,
+                        settle: float = 0.0) -> None:
+    """Rounds of one window per series (oneDNN's first), then the peak loop's window."""
+    series = sorted(series, key=lambda s: not s.remote)
     rounds = 0
     while rounds < min_rounds or min(s.total for s in series) < min_time:
-        for s in series:
+        for i, s in enumerate(series):
+            if settle and i and series[i - 1].remote and not s.remote:
+                time.sleep(settle)
             s.window()
         if peak is not None:
+            if settle and series[-1].remote:
+                time.sleep(settle)
             peak.window()
         rounds += 1
         if rounds >= 1000:
@@ -717,7 +730,7 @@ def run_problem(server, case, variants, isa, threads, min_time, min_rounds, chec
                     r.impl_onednn = remote.impl
                     outputs["onednn"] = remote
                 t = remote.timed
-                series[("onednn", variant)] = Series(t, _first_call_s(t))
+                series[("onednn", variant)] = Series(t, _first_call_s(t), remote=True)
             except Unavailable as exc:
                 r.notes.append(f"{exc}{tag}")
         try:
@@ -732,7 +745,7 @@ def run_problem(server, case, variants, isa, threads, min_time, min_rounds, chec
         except Exception as exc:
             r.notes.append(f"int8jit error{tag}: {type(exc).__name__}: {exc}")
     if series:
-        measure_interleaved(list(series.values()), min_time, min_rounds, peak)
+        measure_interleaved(list(series.values()), min_time, min_rounds, peak, SETTLE_S if threads > 1 else 0.0)
     r.peak = None if peak is None else peak.best
     for (who, variant), s in series.items():
         attr = f"{who}_s" if variant == "fused" else f"{who}_plain_s"
