@@ -4,12 +4,18 @@ A kernel computes ``C[m, n] = output_stage(sum_k A'[m, k] * B[k, n])`` for a chu
 rows and column tiles, with the whole loop nest inside the generated code::
 
     for each column tile (nr vectors = nr*lanes columns, packed B of the whole K):
+      [for each of `outer` blocks of m rows (A and C advanced by their outer strides):]
         for each block of mr rows (then one block of the remaining 1..mr-1 rows):
             acc[mr][nr] = 0
+          [for each position p (A rows offset by pos_off[p]; B runs on):]
             for each group of 4 K values:          B tile in registers, A broadcast
                 acc[i][v] += dot(A[i, k:k+4], B[k:k+4, tile v])
             last group when K % 4 != 0:          A read as the row's last dword, shifted
-            output stage (jit.output): compensation, offsets, alpha/beta, masked store
+            output stage (jit.output): compensation, scales, bias, post-ops, masked store
+
+The bracketed loops exist in kernels whose spec asks for them: ``positions`` makes the
+kernel a batch-reduce GEMM (a convolution sums over kernel positions, each an offset
+into the same source rows) and ``outer`` walks a convolution's output rows.
 
 A' is A for u8 sources and A + 128 (bytes xor 0x80) for s8 sources. B is packed by
 ``primitives.gemm_pack`` into the layout ``[tile][k group][vector][lane][4 bytes]``
@@ -32,12 +38,18 @@ struct i8j_gemm_args {
     void *c; int64_t ldc;                 /* dst, rows ldc bytes apart */
     int64_t m; int64_t n;
     int64_t k_groups; int64_t k_tail_back; int64_t k_tail_shift;
+    /* batch-reduce over positions (spec.positions): A offsets added per position */
+    int64_t *pos_off; int64_t *pos_end; int64_t *pos_cur;
+    /* outer loop (spec.outer): `outer` blocks of m rows, A and dst advanced by strides */
+    int64_t outer; int64_t a_outer_stride; int64_t c_outer_stride;
+    int64_t outer_left; void *a_cur; void *c_cur;   /* the kernel's own scratch */
     %s                                    /* the output stage's (jit.output) */
 };
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_gemm_args *)"
 FIELDS = ("a", "lda", "b", "b_tile_stride", "c", "ldc", "m", "n", "k_groups", "k_tail_back",
-          "k_tail_shift") + OUTPUT_FIELDS
+          "k_tail_shift", "pos_off", "pos_end", "pos_cur", "outer", "a_outer_stride", "c_outer_stride",
+          "outer_left", "a_cur", "c_cur") + OUTPUT_FIELDS
 MAX_MR = 6  # two A/C row bases of three rows each
 
 
@@ -50,6 +62,8 @@ class GemmKernelSpec:
     nr: int
     s8_src: bool
     output: OutputSpec
+    positions: bool = False  # batch-reduce: sum over positions, A offset per position (convolution)
+    outer: bool = False  # an outer loop over blocks of m rows with their own A/dst strides
 
     def __post_init__(self):
         if not 1 <= self.mr <= MAX_MR:
@@ -92,14 +106,16 @@ class GemmKernelSpec:
     @property
     def name(self) -> str:
         src = "s8" if self.s8_src else "u8"
-        return f"gemm_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}_{self.mr}x{self.nr}"
+        kind = "brgemm" if self.positions else "gemm"
+        return f"{kind}_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}_{self.mr}x{self.nr}"
 
 
-def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = MAX_MR) -> GemmKernelSpec:
+def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = MAX_MR, *,
+                positions: bool = False, outer: bool = False) -> GemmKernelSpec:
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit."""
     for rows in range(mr, 0, -1):
         try:
-            return GemmKernelSpec(path, rows, nr, s8_src, output)
+            return GemmKernelSpec(path, rows, nr, s8_src, output, positions, outer)
         except ValueError:
             continue
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
@@ -201,10 +217,23 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             for v in range(nr):
                 vxor(acc[i][v], acc[i][v], acc[i][v])
         MOV(rbx, rsi)
-        MOV(rdx, rax)
+        if spec.positions:
+            # Batch-reduce: for each position, A rows start at the block's rows + offset;
+            # B runs on through the positions' K groups in packed order.
+            pos_loop = Label()
+            MOV(rbp, [args + off["pos_off"]])
+            MOV([args + off["pos_cur"]], rbp)
+            LABEL(pos_loop)
+            MOV(rbp, [args + off["pos_cur"]])
+            MOV(rdx, [rbp])
+            ADD(rdx, rax)
+            ADD(rbp, 8)
+            MOV([args + off["pos_cur"]], rbp)
+        else:
+            MOV(rdx, rax)
         if rows > 3:
             LEA(rcx, [r8 + r8 * 2])
-            ADD(rcx, rax)
+            ADD(rcx, rdx)
         k_loop, k_tail, k_done = Label(), Label(), Label()
         MOV(r9, [args + off["k_groups"]])
         TEST(r9, r9)
@@ -227,6 +256,10 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         MOV(r9, [args + off["k_tail_shift"]])
         k_group(rows, tail=True)
         LABEL(k_done)
+        if spec.positions:
+            MOV(rbp, [args + off["pos_cur"]])
+            CMP(rbp, [args + off["pos_end"]])
+            JB(pos_loop)
         if rows > 3:
             LEA(rcx, [r11 + r11 * 2])
             ADD(rcx, r10)
@@ -237,6 +270,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         emit_output(ctx, acc, rows, nr)
 
     tile_loop, tile_next = Label(), Label()
+    outer_loop, outer_next = Label(), Label()
     LABEL(tile_loop)
     MOV(rax, [args + off["a"]])
     MOV(r8, [args + off["lda"]])
@@ -248,8 +282,18 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         asm.SHR(rbp, 2)
         ADD(r10, rbp)
     MOV(r11, [args + off["ldc"]])
-    MOV(r12, [args + off["m"]])
     XOR(r15.as_dword, r15.as_dword)
+    if spec.outer:
+        # Blocks of m rows whose A and dst starts are strides apart (a convolution's
+        # output rows); r15 keeps counting rows across blocks for row-indexed operands.
+        MOV([args + off["a_cur"]], rax)
+        MOV([args + off["c_cur"]], r10)
+        MOV(rbp, [args + off["outer"]])
+        MOV([args + off["outer_left"]], rbp)
+        LABEL(outer_loop)
+        MOV(rax, [args + off["a_cur"]])
+        MOV(r10, [args + off["c_cur"]])
+    MOV(r12, [args + off["m"]])
 
     row_loop, row_tail = Label(), Label()
     LABEL(row_loop)
@@ -269,12 +313,21 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     for rows, label in tails.items():
         CMP(r12, rows)
         JE(label)
-    JMP(tile_next)
+    JMP(outer_next)
     for rows, label in tails.items():
         LABEL(label)
         row_block(rows)
-        JMP(tile_next)
+        ADD(r15, 4 * rows)
+        JMP(outer_next)
 
+    LABEL(outer_next)
+    if spec.outer:
+        MOV(rbp, [args + off["a_outer_stride"]])
+        ADD([args + off["a_cur"]], rbp)
+        MOV(rbp, [args + off["c_outer_stride"]])
+        ADD([args + off["c_cur"]], rbp)
+        DEC(asm.qword[args + off["outer_left"]])
+        asm.JNZ(outer_loop)
     LABEL(tile_next)
     ADD(rsi, [args + off["b_tile_stride"]])
     ADD(r14, spec.tile_n * 4)

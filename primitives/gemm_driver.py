@@ -70,43 +70,52 @@ def _offset(operand: Operand, c0: int, r0: int) -> int:
     return 0
 
 
+def _at(array, offset_bytes=0):
+    return ffi.NULL if array is None else pointer_to(array) + offset_bytes
+
+
+def new_args(packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c0: int, c1: int, r0: int, r1: int):
+    """A kernel argument struct for columns [c0, c1) and rows [r0, r1): everything but A and dst.
+
+    ``K`` is the K of one position (a GEMM has one); the kernel's optional position
+    and outer loops are off (one position at offset 0, one block of rows).
+    """
+    s = ffi.new("struct i8j_gemm_args *")
+    k_groups, rem = (K // 4, K % 4) if K >= 4 else (1, 0)
+    s.lda, s.ldc, s.b_tile_stride = lda, ldc_bytes, packed.tile_stride
+    s.k_groups, s.k_tail_back = k_groups, (4 - rem) if rem else 0
+    s.k_tail_shift = (4 - rem) * 8 if rem else 0
+    s.m, s.n = r1 - r0, c1 - c0
+    s.outer = 1
+    s.b = _at(packed.data, (c0 // packed.tile_n) * packed.tile_stride)
+    s.col_comp = _at(out.col_comp, 4 * c0)
+    s.row_comp = _at(out.row_comp, 4 * r0)
+    for name in ("scale", "bias", "dst_zp"):
+        operand = getattr(out, name)
+        setattr(s, name, ffi.NULL if operand is None else _at(operand.array, _offset(operand, c0, r0)))
+    s.dst_scale = out.dst_scale
+    for i in range(MAX_POST_OPS):
+        s.po_scale[i] = out.po_scale[i] if i < len(out.po_scale) else 1.0
+        s.po_zp[i] = out.po_zp[i] if i < len(out.po_zp) else 0.0
+        operand = out.po_src.get(i)
+        s.po_src[i] = ffi.NULL if operand is None else _at(operand.array, _offset(operand, c0, r0))
+        s.po_ld[i] = 0 if operand is None else operand.ld
+    return s
+
+
 def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, out: OutputArgs,
               threads: int) -> Plan:
     """The per-thread structs for an ``M x N x K`` product (A rows ``lda`` bytes apart)."""
     kspec = kernel.meta["kspec"]
     dst_bytes = kspec.output.dst_bytes
     threads = 1 if M * N * K < SMALL_WORK else threads
-    k_groups, rem = (K // 4, K % 4) if K >= 4 else (1, 0)
-    null = ffi.NULL
-
-    def at(array, offset_bytes=0):
-        return null if array is None else pointer_to(array) + offset_bytes
-
     if packed.tiles >= threads or M < 2 * kspec.mr:
         chunks = [(b * packed.tile_n, min(N, e * packed.tile_n), 0, M) for b, e in split(packed.tiles, threads)]
     else:
         chunks = [(0, N, b, e) for b, e in split(M, threads, kspec.mr)]
     structs, offsets, firsts = [], [], []
     for c0, c1, r0, r1 in chunks:
-        s = ffi.new("struct i8j_gemm_args *")
-        s.lda, s.ldc, s.b_tile_stride = lda, ldc_bytes, packed.tile_stride
-        s.k_groups, s.k_tail_back = k_groups, (4 - rem) if rem else 0
-        s.k_tail_shift = (4 - rem) * 8 if rem else 0
-        s.m, s.n = r1 - r0, c1 - c0
-        s.b = at(packed.data, (c0 // packed.tile_n) * packed.tile_stride)
-        s.col_comp = at(out.col_comp, 4 * c0)
-        s.row_comp = at(out.row_comp, 4 * r0)
-        for name in ("scale", "bias", "dst_zp"):
-            operand = getattr(out, name)
-            setattr(s, name, null if operand is None else at(operand.array, _offset(operand, c0, r0)))
-        s.dst_scale = out.dst_scale
-        for i in range(MAX_POST_OPS):
-            s.po_scale[i] = out.po_scale[i] if i < len(out.po_scale) else 1.0
-            s.po_zp[i] = out.po_zp[i] if i < len(out.po_zp) else 0.0
-            operand = out.po_src.get(i)
-            s.po_src[i] = null if operand is None else at(operand.array, _offset(operand, c0, r0))
-            s.po_ld[i] = 0 if operand is None else operand.ld
-        structs.append(s)
+        structs.append(new_args(packed, K, lda, ldc_bytes, out, c0, c1, r0, r1))
         offsets.append((r0 * lda, r0 * ldc_bytes + c0 * dst_bytes))
         firsts.append((c0, r0))
     keep = (packed, out)  # the structs hold raw addresses into these

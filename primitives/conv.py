@@ -1,0 +1,535 @@
+"""Int8 convolution (forward inference) on the batch-reduce GEMM microkernel.
+
+A convolution in NHWC is a GEMM whose rows are output pixels, whose columns are output
+channels and whose K runs over kernel positions and input channels: for each position
+the A rows are the same source rows shifted by that position's offset. The kernel
+(``jit.gemm_kernel`` with ``positions`` and ``outer``) sums over a table of offsets and
+walks a chunk's output rows itself; the output pipeline (``jit.output``) applies
+scales, bias, post-ops and the dst zero point.
+
+How the source is read:
+
+* 1x1, stride 1, no padding, NHWC, input channels (per group) a multiple of 4: the
+  user's buffer is read directly as a GEMM of N*H*W rows.
+* Otherwise the source is copied once per execution into a scratchpad buffer with the
+  padding filled with the source zero point (so ``x - zp`` is 0 there and the
+  compensation ``-zp * sum(W)`` is right at every border) and the channels of each
+  group padded to a multiple of 4 (zero weights there).
+
+Weights: plain tags are packed at every execution; with ``any`` the descriptor asks for
+a packed layout (:class:`ConvWeightsLayout`): reorder the weights into it once. Packing
+orders K as (kd, kh, kw, ic) per group and computes the column sums (compensation).
+
+Policies: ``exact`` (default), ``faithful`` (VPMADDUBSW as the hardware saturates it) and
+``halve_weights`` (oneDNN's convolution trick on non-VNNI ISAs: weights halved in the
+packing, rounded to nearest even, and the result scaled by 2; inexact, and no
+saturation can happen; on VNNI ISAs it is the exact path).
+
+Example::
+
+    >>> import numpy as np
+    >>> from primitives.memory import desc
+    >>> pd = ConvolutionDesc(desc((1, 4, 5, 5), "u8", "nhwc"), desc((8, 4, 3, 3), "s8", "oihw"),
+    ...                      desc((1, 8, 5, 5), "s32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1))
+    >>> src = np.ones((1, 5, 5, 4), np.uint8); dst = np.zeros((1, 5, 5, 8), np.int32)
+    >>> pd.create().execute({"src": src, "weights": np.ones((8, 4, 3, 3), np.int8), "dst": dst})
+    >>> int(dst[0, 0, 0, 0]), int(dst[0, 2, 2, 0])     # corner: 4 positions x 4 channels
+    (16, 36)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from jit.gemm_kernel import choose_tile
+from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
+from primitives import verbose
+from primitives.attr import BIAS, DST, SRC, WEIGHTS, Eltwise, Sum, post_op_src1, scales, zero_points
+from primitives.base import Primitive, PrimitiveDesc
+from primitives.gemm import Choice, decide
+from primitives.gemm_driver import Operand, OutputArgs, new_args
+from primitives.gemm_pack import PackedB, pack_b
+from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
+from runtime import isa as isa_mod
+from runtime.ffi import ffi, pointer_to
+from runtime.threads import resolve_threads, run_chunks, split
+
+_DST_TYPES = ("u8", "s8", "s32", "f32")
+POLICIES = ("exact", "faithful", "halve_weights")
+
+
+def _tuple(name: str, value, n: int, lo: int) -> tuple:
+    if isinstance(value, (int, np.integer)):
+        value = (int(value),) * n
+    value = tuple(value)
+    if len(value) != n or any(not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo for v in value):
+        raise ValueError(f"{name}: expected {n} integers >= {lo}, got {value}")
+    return tuple(int(v) for v in value)
+
+
+def _channels_last(nd: int) -> tuple:
+    return (0,) + tuple(range(2, nd)) + (1,)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A convolution's shape in the internal 3-D form (D, H, W); 1-D and 2-D have D = H = 1 as needed."""
+
+    n: int
+    groups: int
+    icg: int
+    ocg: int
+    src: tuple  # (D, H, W)
+    ker: tuple
+    out: tuple
+    stride: tuple
+    dil: tuple  # oneDNN's: 0 is dense
+    pad_l: tuple
+    pad_r: tuple
+
+    @property
+    def icgp(self) -> int:
+        return -(-self.icg // 4) * 4
+
+    @property
+    def positions(self) -> int:
+        return self.ker[0] * self.ker[1] * self.ker[2]
+
+    @property
+    def padded(self) -> tuple:
+        return tuple(i + a + b for i, a, b in zip(self.src, self.pad_l, self.pad_r))
+
+    @property
+    def direct(self) -> bool:
+        """The user's NHWC source can be read as is (1x1, stride 1, no padding, channels by 4)."""
+        return (self.ker == (1, 1, 1) and self.stride == (1, 1, 1) and not any(self.pad_l + self.pad_r)
+                and self.groups == 1 and self.icg % 4 == 0)
+
+    @property
+    def k_per_position(self) -> int:
+        return self.icg if self.direct else self.icgp
+
+
+@dataclass(frozen=True)
+class ConvWeightsLayout:
+    """The packed weights a convolution asks for (a ``packed`` desc's record).
+
+    Per group: B of (positions * icgp) x ocg in the GEMM kernel's packed layout, K ordered
+    (kd, kh, kw, ic) with each position's channels padded to ``icgp``, plus its column
+    sums appended (the compensation oneDNN's reorder appends).
+    """
+
+    isa: str
+    policy: str
+    geometry: Geometry
+    grouped: bool  # logical weights carry a leading groups dim
+
+    def nbytes(self) -> int:
+        g = self.geometry
+        choice = decide(self.isa, "faithful", None, g.ocg)
+        tile_n = choice.nr * choice.path.lanes
+        tiles = -(-g.ocg // tile_n)
+        k = g.positions * g.k_per_position
+        per_group = tiles * tile_n * (-(-k // 4) * 4) * (1 if choice.path.kind == "vnni" else 2) + 4 * tiles * tile_n
+        return g.groups * per_group
+
+    def b_kn(self, logical: np.ndarray, group: int) -> np.ndarray:
+        g = self.geometry
+        w = logical[group] if self.grouped else logical  # (ocg, icg, *spatial)
+        w = w.reshape((g.ocg, g.icg) + g.ker)
+        w = np.moveaxis(w, 1, -1)  # (ocg, kd, kh, kw, icg)
+        kp = g.k_per_position
+        if kp != g.icg:
+            w = np.concatenate([w, np.zeros(w.shape[:-1] + (kp - g.icg,), np.int8)], axis=-1)
+        return np.ascontiguousarray(w.reshape(g.ocg, -1).T)
+
+    def pack_all(self, logical: np.ndarray) -> list:
+        out = []
+        for group in range(self.geometry.groups):
+            b = self.b_kn(logical, group)
+            if self.policy == "halve_weights" and not decide(self.isa, "faithful", None, 1).path.kind == "vnni":
+                # oneDNN's non-VNNI convolution: weights * 0.5, rounded to nearest even;
+                # 255 * (64 + 64) <= 32767, so VPMADDUBSW can no longer saturate.
+                b = np.rint(b.astype(np.float32) * np.float32(0.5)).astype(np.int8)
+                choice = decide(self.isa, "faithful", b)
+            else:
+                choice = decide(self.isa, "exact" if self.policy == "halve_weights" else self.policy, b)
+            out.append((pack_b(b, choice.path, choice.nr), choice))
+        return out
+
+    def pack(self, src_logical: np.ndarray, dst: Memory) -> None:
+        """Pack the logical s8 weights into ``dst`` and attach the per-group packs as payload."""
+        if src_logical.dtype != np.int8:
+            raise ValueError(f"weights: expected s8 values to pack, got {src_logical.dtype}")
+        packs = self.pack_all(src_logical)
+        buf = dst.array.reshape(-1).view(np.uint8)
+        at, payload = 0, []
+        for packed, choice in packs:
+            size = packed.data.nbytes
+            buf[at:at + size] = packed.data
+            view = buf[at:at + size]
+            comp = buf[at + size: at + size + 4 * packed.colsum.size].view(np.int32)
+            comp[:] = packed.colsum.astype(np.int32)
+            at += size + 4 * packed.colsum.size
+            payload.append((PackedB(view, packed.n, packed.k, packed.tile_n, packed.tiles, packed.tile_stride,
+                                    packed.colsum, packed.safe_pairs, packed.total_pairs), choice))
+        dst.payload = payload
+
+
+class ConvolutionDesc(PrimitiveDesc):
+    """Convolution forward inference: src (N, IC, [D,] [H,] W), weights (OC, IC, K...) or
+    (G, OC/G, IC/G, K...), dst (N, OC, ...), in NHWC (channels-last) or NCHW tags.
+
+    ``strides``, ``padding_l``, ``padding_r`` and ``dilation`` (oneDNN's convention: 0 is
+    dense) have one entry per spatial dim.
+    """
+
+    kind = "convolution"
+
+    def __new__(cls, src_md, weights_md, dst_md, bias_md=None, strides=None, padding_l=None, padding_r=None,
+                dilation=None, attr=None, isa=None, threads=None):
+        # Depthwise (groups == IC == OC) has its own kernel where it takes the case (it
+        # names what it does not take); the general path does everything else.
+        if cls is ConvolutionDesc and isinstance(weights_md, MemoryDesc) and isinstance(src_md, MemoryDesc) \
+                and weights_md.ndims == src_md.ndims + 1 and weights_md.dims[1:3] == (1, 1) \
+                and weights_md.dims[0] == src_md.dims[1] > 1:
+            try:
+                from primitives.conv_depthwise import DepthwiseConvDesc
+            except ImportError:
+                return super().__new__(cls)
+            nd = src_md.ndims - 2
+            try:
+                return DepthwiseConvDesc(src_md, weights_md, dst_md, bias_md, strides=strides or (1,) * nd,
+                                         padding_l=padding_l or (0,) * nd, padding_r=padding_r or padding_l
+                                         or (0,) * nd, dilation=dilation or (0,) * nd, attr=attr, isa=isa,
+                                         threads=threads)
+            except (ValueError, TypeError) as why:
+                if verbose.enabled("dispatch"):
+                    verbose.dispatch("convolution", "depthwise", str(why))
+        return super().__new__(cls)
+
+    def __init__(self, src_md: MemoryDesc, weights_md: MemoryDesc, dst_md: MemoryDesc,
+                 bias_md: MemoryDesc | None = None, strides=None, padding_l=None, padding_r=None, dilation=None,
+                 attr=None, isa: str | None = None, threads: int | None = None):
+        super().__init__(attr, isa)
+        self.threads = resolve_threads(threads)
+        for name, md in (("src", src_md), ("weights", weights_md), ("dst", dst_md)):
+            if not isinstance(md, MemoryDesc):
+                raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
+        nd = src_md.ndims
+        if nd not in (3, 4, 5):
+            raise ValueError(f"src: expected (N, C, W), (N, C, H, W) or (N, C, D, H, W) dims, got {src_md.dims}")
+        sp = nd - 2
+        strides = _tuple("strides", (1,) * sp if strides is None else strides, sp, 1)
+        padding_l = _tuple("padding_l", (0,) * sp if padding_l is None else padding_l, sp, 0)
+        padding_r = _tuple("padding_r", padding_l if padding_r is None else padding_r, sp, 0)
+        dilation = _tuple("dilation", (0,) * sp if dilation is None else dilation, sp, 0)
+        N, IC = src_md.dims[:2]
+        grouped = weights_md.ndims == nd + 1
+        if weights_md.ndims not in (nd, nd + 1):
+            raise ValueError(f"weights: expected (OC, IC, {', '.join('K' * sp)}) or (G, OC/G, IC/G, ...) dims, "
+                             f"got {weights_md.dims}")
+        G = weights_md.dims[0] if grouped else 1
+        ocg, icg = (weights_md.dims[1], weights_md.dims[2]) if grouped else weights_md.dims[:2]
+        ker = weights_md.dims[-sp:]
+        if icg * G != IC:
+            raise ValueError(f"weights: {G} groups of {icg} input channels do not make src's {IC} channels")
+        OC = ocg * G
+        out = []
+        for i in range(sp):
+            extent = (ker[i] - 1) * (dilation[i] + 1) + 1
+            size = src_md.dims[2 + i] + padding_l[i] + padding_r[i]
+            if extent > size:
+                raise ValueError(f"weights: window extent {extent} in spatial dim {i} is larger than the padded "
+                                 f"input {size}")
+            out.append((size - extent) // strides[i] + 1)
+        if dst_md.dims != (N, OC) + tuple(out):
+            raise ValueError(f"dst: expected dims {(N, OC) + tuple(out)}, got {dst_md.dims}")
+        _check_dt("src", src_md, ("u8", "s8"))
+        _check_dt("weights", weights_md, ("s8",))
+        _check_dt("dst", dst_md, _DST_TYPES)
+        if bias_md is not None:
+            _check_dt("bias", bias_md, ("f32", "s32"))
+            if bias_md.size != OC:
+                raise ValueError(f"bias: expected {OC} values, got dims {bias_md.dims}")
+        cl = _channels_last(nd)
+        if src_md.is_any:
+            src_md = src_md.with_tag("".join(chr(97 + i) for i in cl))
+        if dst_md.is_any:
+            dst_md = dst_md.with_tag("".join(chr(97 + i) for i in cl))
+        for name, md in (("src", src_md), ("dst", dst_md)):
+            if not md.is_plain or md.perm not in (cl, tuple(range(nd))):
+                raise ValueError(f"{name}: expected a channels-last (nhwc) or channels-first (nchw) tag, got {md}")
+        if not (weights_md.is_any or weights_md.is_plain):
+            raise ValueError(f"weights: expected a plain tag or 'any', got {weights_md}")
+        pad3 = lambda t, fill: (fill,) * (3 - sp) + tuple(t)  # noqa: E731
+        self.geometry = Geometry(N, G, icg, ocg, pad3(src_md.dims[2:], 1), pad3(ker, 1), pad3(out, 1),
+                                 pad3(strides, 1), pad3(dilation, 0), pad3(padding_l, 0), pad3(padding_r, 0))
+        self.strides, self.padding_l, self.padding_r, self.dilation = strides, padding_l, padding_r, dilation
+        self.isa = isa_mod.effective_isa(None if self.isa is None else isa_mod.check_name(self.isa, "isa"))
+        attr = self.attr
+        if attr.policy not in POLICIES:
+            raise ValueError(f"attr policy: expected one of {', '.join(POLICIES)}, got {attr.policy!r}")
+        zp_range = dt_range(src_md.dt)
+        self._zp_src_range = zp_range
+        attr.validate({SRC: src_md, WEIGHTS: weights_md, DST: dst_md}, "convolution",
+                      scales_masks={SRC: (0,), WEIGHTS: (0, 1, 3) if grouped else (0, 1), DST: (0,)},
+                      zero_points_args=(SRC, DST), zero_points_masks={SRC: (0,), DST: (0, 2)}, max_sums=1)
+        self.src_s8 = src_md.dt == "s8"
+        self.fast = decide(self.isa, attr.policy if attr.policy != "halve_weights" else "faithful", None, ocg)
+        self.halve = attr.policy == "halve_weights" and self.fast.path.kind != "vnni"
+        post, self._binary = [], []
+        for i, e in enumerate(attr.post_ops):
+            if isinstance(e, Eltwise):
+                post.append(EltwiseOp(e.alg, e.alpha, e.beta))
+            elif isinstance(e, Sum):
+                post.append(SumOp(e.dt or dst_md.dt))
+            else:
+                kind = _broadcast(e.src1, dst_md, i)
+                post.append(BinaryOp(e.alg, kind))
+                self._binary.append((i, kind))
+        has_scale = SRC in attr.scales or WEIGHTS in attr.scales or self.halve
+        self._scale_kind = ("col" if attr.scales_mask(WEIGHTS) else "common") if has_scale else "none"
+        zp_dst = attr.zero_points_mask(DST)
+        self.output = OutputSpec(float_mode=True, scale=self._scale_kind, bias="none" if bias_md is None else "col",
+                                 post_ops=tuple(post), dst_scale=DST in attr.scales,
+                                 dst_zp="none" if zp_dst is None else ("col" if zp_dst else "common"),
+                                 dst_dt=dst_md.dt)
+        if dst_md.dt == "s32" and self._scale_kind == "none" and not post and bias_md is None and zp_dst is None \
+                and DST not in attr.scales:
+            self.output = OutputSpec()
+        self._kernel_for(self.fast)  # creation pays the code generation (or the disk cache) once
+        if weights_md.is_any:
+            layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
+            weights_md = packed_desc(weights_md.dims, "s8", layout, layout.nbytes())
+        self._layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
+        for name, md in ((SRC, src_md), (WEIGHTS, weights_md), (DST, dst_md), (BIAS, bias_md)):
+            self._set_desc(name, md)
+        g = self.geometry
+        tile_n = self.fast.nr * self.fast.path.lanes
+        self._ocgp = -(-g.ocg // tile_n) * tile_n
+        n_out = g.n * g.out[0] * g.out[1] * g.out[2]
+        self._pad_bytes = 0 if self._direct_src() else g.n * _prod(g.padded) * G * g.icgp
+        self._dst_tmp_bytes = 0 if dst_md.perm == cl else n_out * OC * dst_md.itemsize
+        self._cols_bytes = 4 * 4 * G * self._ocgp
+        self.scratchpad_nbytes = _align(self._pad_bytes) + _align(self._dst_tmp_bytes) + self._cols_bytes
+        if verbose.enabled("dispatch"):
+            verbose.dispatch(self.kind, self.impl_name(), "chosen: " + self.fast.reason)
+
+    def _direct_src(self) -> bool:
+        md = self.query(SRC)
+        return self.geometry.direct and md.perm == _channels_last(md.ndims)
+
+    def _kernel_for(self, choice: Choice):
+        from jit import cache
+        from jit.gemm_kernel import generate
+
+        kspec = choose_tile(choice.path, self.src_s8, self.output, choice.nr, positions=True, outer=True)
+        kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
+        kernel.meta["kspec"] = kspec
+        return kernel
+
+    def _key_extra(self):
+        return (self.geometry,)
+
+    def impl_info(self) -> dict:
+        kspec = self._kernel_for(self.fast).meta["kspec"]
+        exact = self.fast.path.kind == "vnni" or (self.attr.policy == "exact")
+        return {"kind": self.kind, "impl": f"brgemm:{kspec.path.isa}:{kspec.path.kind}", "isa": self.isa,
+                "policy": self.attr.policy, "exact": exact and not self.halve,
+                "decision": ("halve_weights: weights * 0.5 and the result * 2 (inexact), fast VPMADDUBSW path"
+                             if self.halve else self.fast.reason),
+                "kernel": kspec.name, "tile": (kspec.mr, kspec.nr), "geometry": self.geometry,
+                "source": "direct" if self._direct_src() else "padded copy in the scratchpad"}
+
+    def _create_primitive(self):
+        return _Convolution(self)
+
+
+def _prod(t) -> int:
+    out = 1
+    for v in t:
+        out *= v
+    return out
+
+
+def _align(n: int) -> int:
+    return -(-n // 64) * 64
+
+
+def _check_dt(name: str, md: MemoryDesc, allowed) -> None:
+    if md.dt not in allowed:
+        raise ValueError(f"{name}: data type {md.dt!r}; expected one of {', '.join(allowed)}")
+
+
+def _broadcast(src1: MemoryDesc, dst: MemoryDesc, index: int) -> str:
+    if src1.dt != "f32":
+        raise ValueError(f"post_ops[{index}]: binary operand of type {src1.dt!r}; convolution takes f32 operands")
+    dims = src1.dims
+    if all(d == 1 for d in dims):
+        return "common"
+    if dims[1] == dst.dims[1] and all(d == 1 for i, d in enumerate(dims) if i != 1):
+        return "col"
+    if dims == dst.dims:
+        return "full"
+    raise ValueError(f"post_ops[{index}]: binary operand dims {dims} against dst {dst.dims}: convolution takes one "
+                     "value, one per output channel, or a full operand")
+
+
+class _Convolution(Primitive):
+    def __init__(self, pd: ConvolutionDesc):
+        super().__init__(pd)
+        self._plans: dict = {}
+        self._kernels: dict = {}
+
+    def _kernel(self, choice: Choice):
+        key = (choice.path, choice.nr)
+        if key not in self._kernels:
+            self._kernels[key] = self.pd._kernel_for(choice)
+        return self._kernels[key]
+
+    def _execute(self, mem: dict, scratchpad) -> None:
+        pd, g = self.pd, self.pd.geometry
+        G, OC = g.groups, g.groups * g.ocg
+        wmem = mem[WEIGHTS]
+        if wmem.desc.is_packed:
+            if not isinstance(wmem.payload, list):
+                raise ValueError("weights: this packed memory was not filled by a reorder into weights_desc()")
+            packs = wmem.payload
+        else:
+            packs = pd._layout.pack_all(wmem.logical())
+        sp = scratchpad.view(np.uint8)
+        pad_end = _align(pd._pad_bytes)
+        tmp_end = pad_end + _align(pd._dst_tmp_bytes)
+        cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(4, G, pd._ocgp)
+        comp, scale, bias, dzp = cols[0].view(np.int32), cols[1], cols[2], cols[3]
+
+        # The source as the kernel reads it.
+        zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
+        src = mem[SRC]
+        if pd._direct_src():
+            a, pixel = src.array, g.icg
+        else:
+            lo, hi = pd._zp_src_range
+            if not lo <= zp_src <= hi:
+                raise ValueError(f"zero_points:src: {zp_src} is outside the {src.desc.dt} range [{lo}, {hi}]; "
+                                 "convolution pads the source with its zero point")
+            a = sp[:pd._pad_bytes].view(src.array.dtype).reshape((g.n,) + g.padded + (G, g.icgp))
+            a.fill(zp_src)
+            x = np.moveaxis(src.logical(), 1, -1).reshape((g.n,) + g.src + (G, g.icg))
+            (d0, h0, w0) = g.pad_l
+            a[:, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg] = x
+            pixel = G * g.icgp
+        dst = mem[DST]
+        if pd._dst_tmp_bytes:  # a channels-first dst: computed channels-last, transposed after
+            c = sp[pad_end: pad_end + pd._dst_tmp_bytes].view(dst.array.dtype)
+            if any(isinstance(e, Sum) for e in pd.attr.post_ops):  # the sum reads the old dst
+                c.reshape((g.n,) + tuple(dst.desc.dims[2:]) + (OC,))[...] = np.moveaxis(dst.logical(), 1, -1)
+        else:
+            c = dst.array
+        # Per-column values of this call, per group, into the scratchpad the plans point at.
+        s_src = mem[scales(SRC)].array[0] if scales(SRC) in mem else np.float32(1)
+        if pd.halve:
+            s_src = np.float32(s_src) * np.float32(2)
+        if pd._scale_kind != "none":
+            w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else np.ones(1, np.float32)
+            # One scale, one per output channel, or (grouped weights, mask 1) one per group.
+            w = np.repeat(w.astype(np.float32), OC // w.size)
+            full = np.float32(s_src) * w
+            scale[:, :g.ocg] = full.reshape(G, g.ocg)
+        if BIAS in mem:
+            bias[:, :g.ocg] = mem[BIAS].array.reshape(G, g.ocg).astype(np.float32)
+        if zero_points(DST) in mem:
+            z = mem[zero_points(DST)].array.astype(np.float32)
+            dzp[:, :g.ocg] = z.reshape(G, g.ocg) if z.size > 1 else z[0]
+        ao = zp_src + (128 if pd.src_s8 else 0)
+        for grp, (packed, _) in enumerate(packs):
+            comp[grp] = (-ao * packed.colsum[:pd._ocgp]).astype(np.uint32).view(np.int32)
+        binaries = []
+        for i, kind in pd._binary:
+            v = mem[post_op_src1(i)]
+            arr = v.array if kind != "full" else np.ascontiguousarray(np.moveaxis(v.logical(), 1, -1))
+            binaries.append((i, kind, np.ascontiguousarray(arr, np.float32).reshape(-1)))
+        dst_scale = float(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
+
+        plan = self._plan(packs, a, pixel, c, sp)
+        a_ptr, c_ptr = pointer_to(a), pointer_to(c)
+        for s, a_off, c_off, col0, row0 in plan["items"]:
+            s.a, s.c = a_ptr + a_off, c_ptr + c_off
+            s.dst_scale = dst_scale
+            for i, kind, arr in binaries:
+                s.po_src[i] = pointer_to(arr) + {"common": 0, "col": 4 * col0,
+                                                 "full": 4 * (row0 * OC + col0)}[kind]
+                s.po_ld[i] = 4 * OC
+        run_chunks(_call_all, plan["threads"])
+        if pd._dst_tmp_bytes:
+            out = c.reshape((g.n,) + tuple(dst.desc.dims[2:]) + (OC,))
+            dst.logical()[...] = np.moveaxis(out, -1, 1)
+
+    def _plan(self, packs, a, pixel: int, c, sp) -> dict:
+        pd, g = self.pd, self.pd.geometry
+        key = (tuple((id(p), ch.path) for p, ch in packs), a.ctypes.data, c.ctypes.data, sp.ctypes.data)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        G, OC = g.groups, g.groups * g.ocg
+        dbytes = pd.output.dst_bytes
+        Dp, Hp, Wp = g.padded
+        OD, OH, OW = g.out
+        sd, sh, sw = g.stride
+        tmp_end = _align(pd._pad_bytes) + _align(pd._dst_tmp_bytes)
+        cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(4, G, pd._ocgp)
+        offsets = np.array([((kd * (g.dil[0] + 1) * Hp + kh * (g.dil[1] + 1)) * Wp + kw * (g.dil[2] + 1)) * pixel
+                            for kd in range(g.ker[0]) for kh in range(g.ker[1]) for kw in range(g.ker[2])],
+                           np.int64)
+        image = Dp * Hp * Wp * pixel
+        # Work items: (a offset, dst offset, rows m, outer blocks, first dst row).
+        if pd._direct_src():  # one GEMM over every pixel
+            total = g.n * OD * OH * OW
+            items = [(p0 * pixel, p0 * OC * dbytes, p1 - p0, 1, p0)
+                     for p0, p1 in split(total, pd.threads, 8)]
+        else:
+            per_image = max(1, pd.threads // max(1, g.n * OD))
+            items = []
+            for n in range(g.n):
+                for od in range(OD):
+                    for h0, h1 in split(OH, per_image):
+                        row0 = ((n * OD + od) * OH + h0) * OW
+                        items.append((n * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
+                                      OW, h1 - h0, row0))
+        threads = min(pd.threads, len(items))
+        per_thread = [[] for _ in range(threads)]
+        all_items, keep = [], [offsets]
+        for grp, (packed, choice) in enumerate(packs):
+            kernel = self._kernel(choice)
+            out = OutputArgs(col_comp=cols[0].view(np.int32)[grp])
+            if pd._scale_kind != "none":
+                out.scale = Operand(cols[1][grp], pd._scale_kind)
+            if pd.bias_desc() is not None:
+                out.bias = Operand(cols[2][grp], "col")
+            if pd.output.dst_zp != "none":
+                out.dst_zp = Operand(cols[3][grp], pd.output.dst_zp)
+            for e in pd.attr.post_ops:
+                out.po_scale.append(e.scale if isinstance(e, Sum) else 1.0)
+                out.po_zp.append(float(e.zero_point) if isinstance(e, Sum) else 0.0)
+            keep.append((packed, out))
+            for t, (b, e) in enumerate(split(len(items), threads)):
+                for a_off, c_off, m, outer, row0 in items[b:e]:
+                    s = new_args(packed, g.k_per_position, sw * pixel, OC * dbytes, out, 0, g.ocg, row0, row0 + m)
+                    s.outer, s.a_outer_stride, s.c_outer_stride = outer, sh * Wp * pixel, OW * OC * dbytes
+                    s.pos_off = ffi.cast("int64_t *", pointer_to(offsets))
+                    s.pos_end = s.pos_off + g.positions
+                    s.m = m
+                    per_thread[t].append((kernel.function, s))
+                    all_items.append((s, a_off + grp * g.icgp, c_off + grp * g.ocg * dbytes, grp * g.ocg, row0))
+        plan = {"items": all_items, "threads": per_thread, "keep": keep}
+        if len(self._plans) > 8:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+
+def _call_all(calls) -> None:
+    for function, s in calls:
+        function(s)

@@ -1,0 +1,242 @@
+"""Convolution: bit-exact against the numpy model (im2col + the GEMM model + the output pipeline)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from primitives.attr import Attr, PostOps
+from primitives.conv import ConvolutionDesc
+from primitives.conv_ref import conv_sum
+from primitives.memory import Memory, desc
+from primitives.reference import output_pipeline
+from primitives.reorder import reorder_desc
+from tests.conftest import faithful_model
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+NP = {"u8": np.uint8, "s8": np.int8, "s32": np.int32, "f32": np.float32}
+TAGS = {3: ("nwc", "ncw"), 4: ("nhwc", "nchw"), 5: ("ndhwc", "ncdhw")}
+
+
+def _rand(rng, dt, shape):
+    lo, hi = {"u8": (0, 256), "s8": (-128, 128)}[dt]
+    return rng.integers(lo, hi, shape).astype(NP[dt])
+
+
+def _physical(x, tag):
+    """The logical (N, C, ...) array laid out as ``tag``."""
+    return np.ascontiguousarray(np.moveaxis(x, 1, -1)) if tag in ("nwc", "nhwc", "ndhwc") else x
+
+
+def _to_rows(v):
+    """(N, C, *S) -> (pixels, C)."""
+    return np.moveaxis(v, 1, -1).reshape(-1, v.shape[1])
+
+
+@st.composite
+def problems(draw):
+    sp = draw(st.sampled_from([1, 2, 2, 2, 3]))
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    icg, ocg = draw(st.integers(1, 12)), draw(st.integers(1, 40))
+    ker = tuple(draw(st.integers(1, 3)) for _ in range(sp))
+    dil = tuple(draw(st.integers(0, 1)) for _ in range(sp))
+    pad_l = tuple(draw(st.integers(0, 2)) for _ in range(sp))
+    pad_r = tuple(draw(st.integers(0, 2)) for _ in range(sp))
+    strides = tuple(draw(st.integers(1, 2)) for _ in range(sp))
+    size = []
+    for i in range(sp):
+        extent = (ker[i] - 1) * (dil[i] + 1) + 1
+        size.append(draw(st.integers(max(1, extent - pad_l[i] - pad_r[i]), 9 if sp < 3 else 5)))
+    post = []
+    if draw(st.booleans()):
+        post.append(("eltwise", "relu", 0.0, 0.0))
+    if draw(st.booleans()):
+        post.append(("sum", draw(st.sampled_from([1.0, 0.5])), draw(st.integers(-3, 3))))
+    if draw(st.booleans()):
+        post.append(("binary", draw(st.sampled_from(["add", "mul"])), draw(st.sampled_from(["common", "col",
+                                                                                             "full"]))))
+    return dict(sp=sp, groups=groups, icg=icg, ocg=ocg, ker=ker, dil=dil, pad_l=pad_l, pad_r=pad_r,
+                strides=strides, size=tuple(size), n=draw(st.integers(1, 2)),
+                src_dt=draw(st.sampled_from(["u8", "s8"])), dst_dt=draw(st.sampled_from(list(NP))),
+                zp_src=draw(st.sampled_from([None, 0, 5])), wscale=draw(st.sampled_from([None, 0, "oc"])),
+                s_src=draw(st.sampled_from([None, 0.25])), zp_dst=draw(st.sampled_from([None, 3])),
+                bias=draw(st.booleans()), post=post, layout=draw(st.integers(0, 1)),
+                policy=draw(st.sampled_from(["exact", "faithful", "halve_weights"])),
+                packed=draw(st.booleans()), seed=draw(st.integers(0, 2**31)))
+
+
+def run_case(p, isa):
+    rng = np.random.default_rng(p["seed"])
+    sp, G, icg, ocg = p["sp"], p["groups"], p["icg"], p["ocg"]
+    IC, OC, N = G * icg, G * ocg, p["n"]
+    x = _rand(rng, p["src_dt"], (N, IC) + p["size"])
+    wshape = ((G, ocg, icg) if G > 1 else (OC, IC)) + p["ker"]
+    w = _rand(rng, "s8", wshape)
+    out = tuple((s + a + b - ((k - 1) * (d + 1) + 1)) // st_ + 1 for s, a, b, k, d, st_ in
+                zip(p["size"], p["pad_l"], p["pad_r"], p["ker"], p["dil"], p["strides"]))
+    tag = TAGS[sp + 2][p["layout"]]
+    wtag = "abcdefg"[:len(wshape)]
+    scales_, zps, args = {}, {}, {}
+    s_src = p["s_src"]
+    if s_src is not None:
+        scales_["src"] = 0
+        args["scales:src"] = np.float32([s_src])
+    s_w = None
+    if p["wscale"] is not None:
+        per_oc = p["wscale"] == "oc"
+        scales_["weights"] = (3 if G > 1 else 1) if per_oc else 0
+        s_w = rng.uniform(0.01, 0.1, OC if per_oc else 1).astype(np.float32)
+        args["scales:weights"] = s_w
+    if p["zp_src"] is not None:
+        zps["src"] = 0
+        args["zero_points:src"] = np.int32([p["zp_src"]])
+    zp_dst = None
+    if p["zp_dst"] is not None:
+        zps["dst"] = 0
+        zp_dst = np.int32([p["zp_dst"]])
+        args["zero_points:dst"] = zp_dst
+    dst_dims = (N, OC) + out
+    po, model_post = PostOps(), []
+    for i, e in enumerate(p["post"]):
+        if e[0] == "eltwise":
+            po.eltwise(*e[1:])
+            model_post.append(e)
+        elif e[0] == "sum":
+            po.sum(e[1], e[2])
+            model_post.append(e)
+        else:
+            dims = {"common": (1,) * len(dst_dims), "col": (1, OC) + (1,) * sp, "full": dst_dims}[e[2]]
+            po.binary(e[1], desc(dims, "f32", "abcdefg"[:len(dims)]))
+            src1 = rng.uniform(-2, 2, dims).astype(np.float32)
+            args[f"post_op:{i}:src_1"] = src1
+            model_post.append(("binary", e[1], _to_rows(np.broadcast_to(src1, dst_dims))))
+    attr = Attr(scales=scales_, zero_points=zps, post_ops=po, policy=p["policy"])
+    bias = rng.uniform(-20, 20, OC).astype(np.float32) if p["bias"] else None
+    if bias is not None:
+        args["bias"] = bias
+    pd = ConvolutionDesc(desc((N, IC) + p["size"], p["src_dt"], tag), desc(wshape, "s8", "any" if p["packed"]
+                                                                             else wtag),
+                         desc(dst_dims, p["dst_dt"], tag), None if bias is None else desc((OC,), "f32", "a"),
+                         strides=p["strides"], padding_l=p["pad_l"], padding_r=p["pad_r"], dilation=p["dil"],
+                         attr=attr, isa=isa, threads=1 + p["seed"] % 2)
+    if p["packed"]:
+        wmem = Memory(pd.weights_desc())
+        reorder_desc(desc(wshape, "s8", wtag), pd.weights_desc()).create().execute({"src": w, "dst": wmem})
+        args["weights"] = wmem
+    else:
+        args["weights"] = w
+    lo, hi = {"u8": (0, 255), "s8": (-100, 100), "s32": (-100, 100), "f32": (-100, 100)}[p["dst_dt"]]
+    old = rng.integers(lo, hi, dst_dims).astype(NP[p["dst_dt"]])
+    dst = _physical(old, tag).copy()
+    args.update(src=_physical(x, tag), dst=dst)
+    pd.create().execute(args)
+    got = np.moveaxis(dst, -1, 1) if p["layout"] == 0 else dst  # layout 0 is channels-last
+    # The depthwise kernel (groups == IC == OC) is exact under every policy.
+    exact_impl = type(pd).__name__ == "DepthwiseConvDesc"
+    halve = p["policy"] == "halve_weights" and not isa.endswith("vnni") and not exact_impl
+    faithful = p["policy"] == "faithful" and faithful_model("faithful", isa) and not exact_impl
+    v = conv_sum(x, w, p["strides"], p["pad_l"], p["pad_r"], p["dil"], p["zp_src"] or 0, faithful=faithful,
+                 halve=halve)
+    plain = (p["dst_dt"] == "s32" and not scales_ and not model_post and bias is None and zp_dst is None
+             and not halve)
+    rows = _to_rows(v)
+    if plain:
+        want = rows
+    else:
+        scale = None
+        if s_src is not None or s_w is not None or halve:
+            s = np.float32(1 if s_src is None else s_src) * (np.float32(2) if halve else np.float32(1))
+            scale = s * (np.ones(1, np.float32) if s_w is None else np.repeat(s_w, OC // s_w.size))
+        want = output_pipeline(rows, dst_dt=p["dst_dt"], scale=scale, bias=bias, post_ops=model_post,
+                               dst_old=_to_rows(old), dst_zp=None if zp_dst is None else zp_dst.astype(np.float32))
+    want = np.moveaxis(want.reshape((N,) + out + (OC,)), -1, 1)
+    return got, want
+
+
+@SETTINGS
+@given(p=problems())
+def test_conv_matches_model(isa_path, p):
+    got, want = run_case(p, isa_path)
+    f32 = got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
+
+
+def test_resnet_3x3_block(isa_path):
+    """A ResNet-style 3x3 layer (64 -> 64 at 14x14, pad 1) with u8 output, per-OC scales,
+    bias, sum and relu: the shape class the benchmark runs, checked bit for bit."""
+    p = dict(sp=2, groups=1, icg=64, ocg=64, ker=(3, 3), dil=(0, 0), pad_l=(1, 1), pad_r=(1, 1), strides=(1, 1),
+             size=(14, 14), n=1, src_dt="u8", dst_dt="u8", zp_src=None, wscale="oc", s_src=0.05, zp_dst=None,
+             bias=True, post=[("sum", 1.0, 0), ("eltwise", "relu", 0.0, 0.0)], layout=0, policy="exact",
+             packed=True, seed=7)
+    got, want = run_case(p, isa_path)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_source_zero_point_at_borders(isa_path):
+    """Source zero point with padding: the window's padded part contributes exactly 0."""
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 256, (1, 8, 5, 5)).astype(np.uint8)
+    w = rng.integers(-128, 128, (4, 8, 3, 3)).astype(np.int8)
+    zp = 77
+    pd = ConvolutionDesc(desc(x.shape, "u8", "nchw"), desc(w.shape, "s8", "oihw"), desc((1, 4, 5, 5), "s32", "nchw"),
+                         padding_l=(1, 1), padding_r=(1, 1), attr=Attr(zero_points={"src": 0}), isa=isa_path)
+    dst = np.zeros((1, 4, 5, 5), np.int32)
+    pd.create().execute({"src": x, "weights": w, "dst": dst, "zero_points:src": np.int32([zp])})
+    xf = np.pad(x.astype(np.int64) - zp, [(0, 0), (0, 0), (1, 1), (1, 1)])  # padding is 0 after the shift
+    want = np.zeros((1, 4, 5, 5), np.int64)
+    for i in range(5):
+        for j in range(5):
+            want[0, :, i, j] = np.einsum("chw,ochw->o", xf[0, :, i:i + 3, j:j + 3], w.astype(np.int64))
+    np.testing.assert_array_equal(dst, want)
+
+
+def test_halve_weights_reported_inexact():
+    pd = ConvolutionDesc(desc((1, 8, 4, 4), "u8", "nhwc"), desc((8, 8, 1, 1), "s8", "oihw"),
+                         desc((1, 8, 4, 4), "s32", "nhwc"), attr=Attr(policy="halve_weights"), isa="avx2")
+    assert pd.impl_info()["exact"] is False
+    assert "halve" in pd.impl_info()["decision"]
+
+
+@pytest.mark.parametrize("case", ["groups", "window", "negative_pad", "layout", "dst_dims", "zp_range"])
+def test_bad_input(case):
+    src, wei, dst = desc((1, 6, 5, 5), "u8", "nhwc"), desc((4, 6, 3, 3), "s8", "oihw"), desc((1, 4, 3, 3), "u8",
+                                                                                           "nhwc")
+    if case == "groups":
+        with pytest.raises(ValueError, match="weights"):
+            ConvolutionDesc(src, desc((4, 2, 4, 3, 3), "s8", "goihw"), dst)
+    elif case == "window":
+        with pytest.raises(ValueError, match="window"):
+            ConvolutionDesc(src, desc((4, 6, 7, 7), "s8", "oihw"), dst)
+    elif case == "negative_pad":
+        with pytest.raises(ValueError, match="padding_l"):
+            ConvolutionDesc(src, wei, dst, padding_l=(-1, 0))
+    elif case == "layout":
+        with pytest.raises(ValueError, match="src"):
+            ConvolutionDesc(desc((1, 6, 5, 5), "u8", "acbd"), wei, dst)
+    elif case == "dst_dims":
+        with pytest.raises(ValueError, match="dst"):
+            ConvolutionDesc(src, wei, desc((1, 4, 5, 5), "u8", "nhwc"))
+    else:
+        pd = ConvolutionDesc(src, wei, dst, padding_l=(0, 0), attr=Attr(zero_points={"src": 0}))
+        with pytest.raises(ValueError, match="zero_points:src"):
+            pd.create().execute({"src": np.zeros((1, 5, 5, 6), np.uint8), "weights": np.zeros((4, 6, 3, 3), np.int8),
+                                 "dst": np.zeros((1, 3, 3, 4), np.uint8), "zero_points:src": np.int32([300])})
+
+
+def test_guard_pages(isa_path, guarded):
+    rng = np.random.default_rng(9)
+    for where in ("end", "start"):
+        for ic, k, pad in ((8, 1, 0), (3, 3, 1), (16, 3, 0)):
+            x = guarded(2 * 5 * 6 * ic, np.uint8, where).reshape(2, 5, 6, ic)
+            x[:] = rng.integers(0, 256, x.shape)
+            o = 5 + 2 * pad - k + 1, 6 + 2 * pad - k + 1
+            dst = guarded(2 * o[0] * o[1] * 9, np.uint8, where).reshape(2, o[0], o[1], 9)
+            w = rng.integers(-128, 128, (9, ic, k, k)).astype(np.int8)
+            pd = ConvolutionDesc(desc((2, ic, 5, 6), "u8", "nhwc"), desc(w.shape, "s8", "oihw"),
+                                 desc((2, 9) + o, "u8", "nhwc"), padding_l=(pad, pad), padding_r=(pad, pad),
+                                 attr=Attr(scales={"src": 0}), isa=isa_path)
+            pd.create().execute({"src": x, "weights": w, "dst": dst, "scales:src": np.float32([0.01])})
+            v = conv_sum(np.moveaxis(x, -1, 1), w, (1, 1), (pad, pad), (pad, pad), (0, 0))
+            want = output_pipeline(_to_rows(v), dst_dt="u8", scale=np.float32([0.01]))
+            np.testing.assert_array_equal(dst.reshape(-1, 9), want)
