@@ -13,7 +13,8 @@ ends in this code. Per accumulator lane (row m, column n) it computes::
             eltwise  f = alg(f)                                  (jit.eltwise)
             sum      f = f + scale_i * (f32(dst_old) - zp_i)      (run-time scale_i, zp_i)
             binary   f = f <op> src1   src1 f32: common, per column, per row or full
-        f = f / dst_scale                         if a dst scale is given
+        f = f * dst_scale_inv                     if a dst scale is given (f32(1) / f32(s),
+                                                  computed once per call, as oneDNN does)
         f = f + dst_zp                            one value or one per column
         dst = convert(f):  f32 as is; s32 / s8 / u8: clamp to the type's range in f32
               (s32: [-2^31, 2147483520]), then round to nearest even (VCVTPS2DQ)
@@ -131,12 +132,12 @@ def output_registers_needed(path: Path, spec: OutputSpec, nr: int) -> int:
 
 def args_cdef_fields() -> str:
     """The output stage's fields of a kernel's argument struct (C declarations)."""
-    return (f"void *col_comp; void *row_comp; void *scale; void *bias; void *dst_zp; float dst_scale; "
+    return (f"void *col_comp; void *row_comp; void *scale; void *bias; void *dst_zp; float dst_scale_inv; "
             f"float po_scale[{MAX_POST_OPS}]; float po_zp[{MAX_POST_OPS}]; void *po_src[{MAX_POST_OPS}]; "
             f"int64_t po_ld[{MAX_POST_OPS}];")
 
 
-OUTPUT_FIELDS = ("col_comp", "row_comp", "scale", "bias", "dst_zp", "dst_scale", "po_scale", "po_zp", "po_src",
+OUTPUT_FIELDS = ("col_comp", "row_comp", "scale", "bias", "dst_zp", "dst_scale_inv", "po_scale", "po_zp", "po_src",
                  "po_ld")
 
 
@@ -267,8 +268,8 @@ class _Stage:
             else:
                 self.binary(a, op, index, i, v)
         if spec.dst_scale:
-            self.broadcast(tmp, self.field("dst_scale"))
-            asm.VDIVPS(a, a, tmp)
+            self.broadcast(tmp, self.field("dst_scale_inv"))
+            asm.VMULPS(a, a, tmp)  # a multiply: VDIVPS would cost more than the rest of the stage
         if spec.dst_zp == "common":
             self.broadcast(tmp, self.base("dst_zp"))
             asm.VADDPS(a, a, tmp)

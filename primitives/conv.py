@@ -51,6 +51,7 @@ from primitives.gemm import Choice, decide
 from primitives.gemm_driver import Operand, OutputArgs, new_args
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
+from primitives.reference import dst_scale_inverse
 from runtime import isa as isa_mod
 from runtime.ffi import ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
@@ -451,13 +452,13 @@ class _Convolution(Primitive):
             v = mem[post_op_src1(i)]
             arr = v.array if kind != "full" else np.ascontiguousarray(np.moveaxis(v.logical(), 1, -1))
             binaries.append((i, kind, np.ascontiguousarray(arr, np.float32).reshape(-1)))
-        dst_scale = float(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
+        dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
 
         plan = self._plan(packs, a, pixel, c, sp)
         a_ptr, c_ptr = pointer_to(a), pointer_to(c)
         for s, a_off, c_off, col0, row0 in plan["items"]:
             s.a, s.c = a_ptr + a_off, c_ptr + c_off
-            s.dst_scale = dst_scale
+            s.dst_scale_inv = dst_scale
             for i, kind, arr in binaries:
                 s.po_src[i] = pointer_to(arr) + {"common": 0, "col": 4 * col0,
                                                  "full": 4 * (row0 * OC + col0)}[kind]

@@ -54,7 +54,7 @@ from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Binary, Eltwise, Sum, post_op_src1, scales, zero_points
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.memory import Memory, MemoryDesc, desc, packed_desc
-from primitives.reference import output_pipeline, wrap_int32
+from primitives.reference import dst_scale_inverse, output_pipeline, wrap_int32
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
@@ -404,7 +404,7 @@ class DepthwiseConv(Primitive):
             s.w_tap, s.w_kh = w_tap, g.kw * w_tap
             s.dst_px, s.row_dst = g.c * dst_bytes, g.ow * g.c * dst_bytes
             s.ow_lo, s.ow_blk_last = ow_lo, ow_hi - P
-            s.dst_scale = 1.0
+            s.dst_scale_inv = 1.0
             for i, e in enumerate(pd.attr.post_ops):
                 s.po_scale[i] = e.scale if isinstance(e, Sum) else 1.0
                 s.po_zp[i] = float(e.zero_point) if isinstance(e, Sum) else 0.0
@@ -515,7 +515,7 @@ class DepthwiseConv(Primitive):
             vec[:zp.size] = zp
             dst_zp_p = pointer_to(vec)
         zp_src = int(a[zero_points(SRC)][0]) if pd.has_src_zp else 0
-        dst_scale = float(a[scales(DST)][0]) if scales(DST) in a else 1.0
+        dst_scale = dst_scale_inverse(a[scales(DST)][0]) if scales(DST) in a else 1.0
         wpacked = self._packed_weights(a[WEIGHTS])
         kernel = self._kernel(zp_route(pd.src_dt, zp_src) if zp_src else "none")
         binaries = [(i, kind, pointer_to(a[post_op_src1(i)])) for i, kind in pd._binary]
@@ -526,7 +526,7 @@ class DepthwiseConv(Primitive):
             ffi.memmove(s, template, len(template))
             s.src, s.dst, s.wei = src_ptr + src_off, dst_ptr + dst_off, w_ptr
             s.col_comp, s.scale, s.bias, s.dst_zp = self._zeros_p, scale_p, bias_p, dst_zp_p
-            s.dst_scale, s.zp = dst_scale, zp_src
+            s.dst_scale_inv, s.zp = dst_scale, zp_src
             for i, kind, base in binaries:
                 s.po_src[i] = base + {"common": 0, "col": 0, "row": 4 * pix0, "full": 4 * pix0 * C}[kind]
             structs.append(s)

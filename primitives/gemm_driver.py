@@ -45,7 +45,7 @@ class OutputArgs:
     scale: Operand | None = None
     bias: Operand | None = None
     dst_zp: Operand | None = None
-    dst_scale: float = 1.0
+    dst_scale_inv: float = 1.0  # primitives.reference.dst_scale_inverse
     po_scale: list = field(default_factory=list)  # per post-op index (sum)
     po_zp: list = field(default_factory=list)
     po_src: dict = field(default_factory=dict)  # post-op index -> Operand (binary)
@@ -93,7 +93,7 @@ def new_args(packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c0: int,
     for name in ("scale", "bias", "dst_zp"):
         operand = getattr(out, name)
         setattr(s, name, ffi.NULL if operand is None else _at(operand.array, _offset(operand, c0, r0)))
-    s.dst_scale = out.dst_scale
+    s.dst_scale_inv = out.dst_scale_inv
     for i in range(MAX_POST_OPS):
         s.po_scale[i] = out.po_scale[i] if i < len(out.po_scale) else 1.0
         s.po_zp[i] = out.po_zp[i] if i < len(out.po_zp) else 0.0

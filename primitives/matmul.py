@@ -1,7 +1,7 @@
 """Int8 matmul and inner product with quantization attributes and post-ops.
 
 ``dst = saturate(round(post_ops(src_scale * wei_scale[n] * (acc - zp_src * comp[n]) + bias[n])
-/ dst_scale + zp_dst))``, where ``acc = sum_k src[m, k] * wei[k, n]`` in int32. The
+* (1 / dst_scale) + zp_dst))``, where ``acc = sum_k src[m, k] * wei[k, n]`` in int32. The
 int32 product runs on the GEMM microkernel (``jit.gemm_kernel``) and everything after
 it in the output pipeline generated into the same kernel (``jit.output``).
 
@@ -42,6 +42,7 @@ from primitives.gemm import Choice, decide, gemm_kernel
 from primitives.gemm_driver import Operand, OutputArgs, make_plan, run
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, packed_desc
+from primitives.reference import dst_scale_inverse
 from primitives import verbose
 from runtime import isa as isa_mod
 from runtime.ffi import pointer_to
@@ -335,7 +336,7 @@ class _GemmBasedPrimitive(Primitive):
         if zero_points(DST) in mem:
             dst_zp[:N] = mem[zero_points(DST)].array.astype(np.float32)
         zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
-        dst_scale = float(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
+        dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
         binaries = {i: mem[post_op_src1(i)].array for i, _ in pd._binary}
         for b in range(pd.batch):
             packed, choice = self._weights(mem[WEIGHTS], b)
@@ -349,7 +350,7 @@ class _GemmBasedPrimitive(Primitive):
             col_comp[:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)  # wraps as int32
             plan = self._plan(packed, choice, sp, lda, scale, bias, dst_zp, col_comp)
             for s in plan.structs:
-                s.dst_scale = dst_scale
+                s.dst_scale_inv = dst_scale
             for i, kind in pd._binary:
                 src1 = binaries[i]
                 src1 = src1.reshape(src1.shape[-2:]) if kind != "full" or src1.ndim == 2 else src1[b]

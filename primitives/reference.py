@@ -81,6 +81,11 @@ def gemm_sum(a: np.ndarray, b: np.ndarray, ao: int, bo: int, faithful: bool) -> 
     return raw - bo * rowsum - ao * colsum + k * ao * bo
 
 
+def dst_scale_inverse(scale) -> float:
+    """The factor the output pipeline multiplies by for a dst scale: f32(1) / f32(scale)."""
+    return float(np.float32(1) / np.float32(scale))
+
+
 def clamp_f32(f: np.ndarray, lo, hi) -> np.ndarray:
     """VMINPS(f, hi) then VMAXPS(f, lo): ``f < hi ? f : hi``, ``f > lo ? f : lo`` (NaN -> hi)."""
     f = np.where(f < np.float32(hi), f, np.float32(hi)).astype(np.float32)
@@ -125,7 +130,7 @@ def output_pipeline(v: np.ndarray, *, dst_dt: str = "s32", float_mode: bool = Tr
             else:
                 f = _BINARY[op[1]](f, np.asarray(op[2], f32)).astype(f32)
         if dst_scale is not None:
-            f = (f / f32(dst_scale)).astype(f32)
+            f = (f * f32(dst_scale_inverse(dst_scale))).astype(f32)
         if dst_zp is not None:
             f = (f + np.asarray(dst_zp, f32)).astype(f32)
         if dst_dt == "f32":
