@@ -124,11 +124,10 @@ def int8jit_gemm_callable(kind, M, N, K, isa, threads, policy, A, B, C):
     return call, g.impl_info()
 
 
-BENCHES = {"gemm": GemmBench}
-BENCHES["matmul"] = __import__("tools.bench_primitives", fromlist=["_"]).MatmulCommand
-BENCHES["ip"] = __import__("tools.bench_primitives", fromlist=["_"]).IpCommand
-BENCHES["conv"] = __import__("tools.bench_primitives", fromlist=["_"]).ConvCommand
-BENCHES["pool"] = __import__("tools.bench_primitives", fromlist=["_"]).PoolCommand
+from tools import bench_primitives  # noqa: E402  (the primitive benches, each with its own main)
+
+BENCHES = {"gemm": GemmBench, "matmul": bench_primitives.MatmulCommand, "ip": bench_primitives.IpCommand,
+           "conv": bench_primitives.ConvCommand, "pool": bench_primitives.PoolCommand}
 
 
 # ------------------------------------------------------------------ the machine
@@ -366,6 +365,8 @@ def main(argv=None) -> int:
     if argv[:1] == ["_onednn-worker"]:
         _onednn_worker(argv[1])
         return 0
+    if argv[:1] and hasattr(BENCHES.get(argv[0]), "main"):  # matmul, ip, conv, pool: their own drivers
+        return BENCHES[argv[0]].main(argv[1:])
     ap = argparse.ArgumentParser(prog="int8jit-bench", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="bench", required=True, metavar="{" + ",".join(BENCHES) + "}")
     for name, bench in BENCHES.items():
