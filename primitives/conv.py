@@ -9,8 +9,8 @@ scales, bias, post-ops and the dst zero point.
 
 How the source is read:
 
-* 1x1, stride 1, no padding, NHWC, input channels (per group) a multiple of 4: the
-  user's buffer is read directly as a GEMM of N*H*W rows.
+* No padding, one group, NHWC, input channels a multiple of 4: the user's buffer is
+  read directly (for 1x1 stride 1 as one GEMM of N*H*W rows).
 * Otherwise the source is copied once per execution into a scratchpad buffer with the
   padding filled with the source zero point (so ``x - zp`` is 0 there and the
   compensation ``-zp * sum(W)`` is right at every border) and the channels of each
@@ -103,9 +103,13 @@ class Geometry:
 
     @property
     def direct(self) -> bool:
-        """The user's NHWC source can be read as is (1x1, stride 1, no padding, channels by 4)."""
-        return (self.ker == (1, 1, 1) and self.stride == (1, 1, 1) and not any(self.pad_l + self.pad_r)
-                and self.groups == 1 and self.icg % 4 == 0)
+        """The user's NHWC source can be read as is (no padding, one group, channels by 4)."""
+        return not any(self.pad_l + self.pad_r) and self.groups == 1 and self.icg % 4 == 0
+
+    @property
+    def flat(self) -> bool:
+        """Output pixels are consecutive source pixels (1x1, stride 1): one GEMM over all of them."""
+        return self.direct and self.ker == (1, 1, 1) and self.stride == (1, 1, 1)
 
     @property
     def k_per_position(self) -> int:
@@ -486,7 +490,7 @@ class _Convolution(Primitive):
                            np.int64)
         image = Dp * Hp * Wp * pixel
         # Work items: (a offset, dst offset, rows m, outer blocks, first dst row).
-        if pd._direct_src():  # one GEMM over every pixel
+        if pd._direct_src() and g.flat:  # one GEMM over every pixel
             total = g.n * OD * OH * OW
             items = [(p0 * pixel, p0 * OC * dbytes, p1 - p0, 1, p0)
                      for p0, p1 in split(total, pd.threads, 8)]
