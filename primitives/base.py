@@ -324,6 +324,10 @@ class Primitive:
     def execute(self, args: Mapping[str, Memory | np.ndarray]) -> None:
         """Run the primitive on ``args`` (name -> Memory or numpy array); see the module docstring."""
         spec = self._spec()
+        mem = spec.fast(args) if not verbose.enabled("exec") else None
+        if mem is not None:  # dense arrays of exactly the expected shapes: checked already
+            self._execute(mem, self._scratchpad(args, spec))
+            return
         if not isinstance(args, Mapping):
             raise TypeError(f"args: expected a dict of argument name -> Memory or numpy array, "
                             f"got {type(args).__name__}")
@@ -355,7 +359,14 @@ class Primitive:
 
 
 class _ArgSpec:
-    """What execute() checks, taken from a descriptor once."""
+    """What execute() checks, taken from a descriptor once.
+
+    :meth:`fast` is the hot path: when every argument is a writable-where-needed, C-contiguous
+    ndarray of exactly the descriptor's physical shape and dtype (scales finite, zero
+    points in range), or a packed Memory of the descriptor, the checks are done in a few
+    comparisons and the arrays wrapped without more; anything else takes the general path,
+    which names what is wrong.
+    """
 
     def __init__(self, pd: PrimitiveDesc) -> None:
         self.kind = pd.kind
@@ -378,6 +389,58 @@ class _ArgSpec:
                     continue
                 bounds = None if kind == "scales" else tuple(pd.zero_point_range(arg))
                 self.quant[name] = (pd.query(name), mask, md.dims, bounds)
+
+
+    def fast(self, args) -> dict | None:
+        if type(args) is not dict:
+            return None
+        table = self._fast_table()
+        mem = {}
+        n = 0
+        for name, value in args.items():
+            if name == SCRATCHPAD:
+                continue
+            want = table.get(name)
+            if want is None:
+                return None
+            shape, dtype, kind, md, lo, hi = want
+            if type(value) is np.ndarray:
+                if value.shape != shape or value.dtype != dtype or not value.flags.c_contiguous:
+                    return None
+                if kind == "scales" and not np.isfinite(value).all():
+                    return None
+                if kind == "zero_points" and (value.min() < lo or value.max() > hi):
+                    return None
+                if kind == "output" and not value.flags.writeable:
+                    return None
+                mem[name] = Memory.trusted(md, value)
+            elif type(value) is Memory and kind == "packed" and value.desc == md:
+                mem[name] = value
+            else:
+                return None
+            n += 1
+        return mem if n == len(self.required) and all(r in mem for r in self.required) else None
+
+    def _fast_table(self) -> dict:
+        table = getattr(self, "_table", None)
+        if table is None:
+            table = {}
+            for name, md in self.descs.items():
+                if md is None:
+                    continue
+                quant = self.quant.get(name)
+                if quant is not None:
+                    qmd, _mask, _dims, bounds = quant
+                    kind = "scales" if bounds is None else "zero_points"
+                    lo, hi = bounds or (0, 0)
+                    table[name] = ((qmd.dims[0],), qmd.numpy_dtype, kind, qmd, lo, hi)
+                elif md.is_packed:
+                    table[name] = (None, None, "packed", md, 0, 0)
+                elif md.is_plain:
+                    kind = "output" if name in self.outputs else "tensor"
+                    table[name] = (md.physical_shape, md.numpy_dtype, kind, md, 0, 0)
+            self._table = table
+        return table
 
 
 __all__ = ["PrimitiveDesc", "Primitive"]

@@ -49,6 +49,7 @@ from runtime.ffi import pointer_to
 from runtime.threads import resolve_threads
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
+_ONE = np.ones(1, np.float32)
 
 
 def _check(name: str, md, ok: bool, expected: str) -> None:
@@ -243,6 +244,7 @@ class MatmulDesc(_GemmBasedDesc):
         if weights_md.is_any and nd == 3 and weights_md.dims[0] != 1:
             raise ValueError(f"weights: 'any' (packed once) takes one weight matrix; got batch {weights_md.dims[0]}")
         _check("weights", weights_md, weights_md.is_any or weights_md.is_plain, "a plain tag or 'any'")
+        self.weights_batch = weights_md.dims[0] if nd == 3 else 1
         self._setup(M, K, N, src_md, weights_md, dst_md, bias_md, (0, 1), batch)
 
 
@@ -280,6 +282,7 @@ class InnerProductDesc(_GemmBasedDesc):
         K = src_md.size // M
         # The kernel's K runs in src's memory order; the weights follow it, then OC last.
         order = tuple(src_md.perm[1:]) + (0,)
+        self.weights_batch = 1
         self._setup(M, K, OC, src_md, weights_md, dst_md, bias_md, order, 1)
 
 
@@ -288,6 +291,7 @@ class _GemmBasedPrimitive(Primitive):
         super().__init__(pd)
         self._plans: dict = {}
         self._kernels: dict = {}
+        self._sp_views: dict = {}
         self._runtime_weights: tuple | None = None  # (bytes key, packed, choice)
 
     def _weights(self, mem: Memory, b: int):
@@ -313,63 +317,100 @@ class _GemmBasedPrimitive(Primitive):
             kernel = self._kernels[key] = self.pd._kernel_for(choice)
         return kernel
 
+    def _views(self, sp: np.ndarray) -> dict:
+        """The scratchpad's per-column vectors (and what was last written into them)."""
+        key = sp.ctypes.data
+        views = self._sp_views.get(key)
+        if views is None:
+            n_pad = self.pd._n_padded
+            cols = sp[: 16 * n_pad].view(np.float32).reshape(4, n_pad)
+            views = self._sp_views[key] = {"col_comp": cols[0].view(np.int32), "scale": cols[1], "bias": cols[2],
+                                           "dst_zp": cols[3], "a4": sp[16 * n_pad:], "sp": sp, "last": {}}
+        return views
+
+    @staticmethod
+    def _fill(views: dict, name: str, key, compute) -> None:
+        """Write a per-column vector unless this scratchpad already holds it for ``key``."""
+        if views["last"].get(name) != key:
+            compute(views[name])
+            views["last"][name] = key
+
     def _execute(self, mem: dict, scratchpad) -> None:
         pd = self.pd
-        M, N, K = pd.M, pd.N, pd.K
-        src, dst = mem[SRC], mem[DST]
-        a_all = src.array.reshape(pd.batch, M, K)
-        c_all = dst.array.reshape(pd.batch, M, N)
-        n_pad = pd._n_padded
-        sp = scratchpad.view(np.uint8)
-        col_comp = sp[: 4 * n_pad].view(np.int32)
-        scale = sp[4 * n_pad: 8 * n_pad].view(np.float32)
-        bias = sp[8 * n_pad: 12 * n_pad].view(np.float32)
-        dst_zp = sp[12 * n_pad: 16 * n_pad].view(np.float32)
-        attr = pd.attr
-        # Scales and zero points of this call, into the scratchpad the plan points at.
+        M, N, K, batch = pd.M, pd.N, pd.K, pd.batch
+        views = self._views(scratchpad.view(np.uint8))
+        # Scales, bias and zero points of this call, into the scratchpad the plan points at.
         if pd._scale_kind != "none":
-            s = mem[scales(SRC)].array[0] if scales(SRC) in mem else np.float32(1)
-            w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else np.ones(1, np.float32)
-            scale[:N] = np.float32(s) * w.astype(np.float32) if w.size > 1 else np.float32(s) * np.float32(w[0])
+            s = mem[scales(SRC)].array if scales(SRC) in mem else _ONE
+            w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else _ONE
+
+            def scale(out):
+                out[:N] = s[0] * w
+            self._fill(views, "scale", (s.tobytes(), w.tobytes()), scale)
         if BIAS in mem:
-            bias[:N] = mem[BIAS].array.reshape(-1).astype(np.float32)
+            bias = mem[BIAS].array
+
+            def put_bias(out):
+                out[:N] = bias.reshape(-1)
+            self._fill(views, "bias", bias.tobytes(), put_bias)
         if zero_points(DST) in mem:
-            dst_zp[:N] = mem[zero_points(DST)].array.astype(np.float32)
+            zp = mem[zero_points(DST)].array
+
+            def put_zp(out):
+                out[:N] = zp
+            self._fill(views, "dst_zp", zp.tobytes(), put_zp)
         zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
         dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
-        binaries = {i: mem[post_op_src1(i)].array for i, _ in pd._binary}
-        for b in range(pd.batch):
+        ao = zp_src + (128 if pd.src_s8 else 0)
+        # With one weight matrix the batch is one GEMM of batch*M rows.
+        flat = pd.weights_batch == 1
+        rows = M * batch if flat else M
+        a_all = mem[SRC].array.reshape(-1, rows, K)
+        c_all = mem[DST].array.reshape(-1, rows, N)
+        keep = []
+        for b in range(a_all.shape[0]):
             packed, choice = self._weights(mem[WEIGHTS], b)
-            a = a_all[b]
-            lda = K
+
+            def comp(out):  # -ao * column sums, wrapping as int32
+                out[:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
+            self._fill(views, "col_comp", (id(packed), ao), comp)
+            a, lda = a_all[b], K
             if K < 4:  # the kernel reads whole dwords of A: pad K to 4 in the scratchpad
-                a4 = sp[16 * n_pad: 16 * n_pad + 4 * M * pd.batch].reshape(pd.batch, M, 4)[b]
+                a4 = views["a4"][: 4 * rows].reshape(rows, 4)
                 a4[:, :K] = a.view(np.uint8)
                 a, lda = a4.view(a.dtype), 4
-            ao = zp_src + (128 if pd.src_s8 else 0)
-            col_comp[:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)  # wraps as int32
-            plan = self._plan(packed, choice, sp, lda, scale, bias, dst_zp, col_comp)
-            for s in plan.structs:
-                s.dst_scale_inv = dst_scale
+            plan = self._plan(packed, choice, views, lda, rows)
+            for st in plan.structs:
+                st.dst_scale_inv = dst_scale
             for i, kind in pd._binary:
-                src1 = binaries[i]
-                src1 = src1.reshape(src1.shape[-2:]) if kind != "full" or src1.ndim == 2 else src1[b]
-                src1 = np.ascontiguousarray(src1, np.float32)
-                binaries[("keep", i)] = src1  # alive until the kernels return
+                src1 = self._operand(mem[post_op_src1(i)].array, kind, b, flat)
+                keep.append(src1)  # alive until the kernels return
                 base = pointer_to(src1)
-                for s, (c0, r0) in zip(plan.structs, plan.chunks):
-                    s.po_src[i] = base + {"common": 0, "col": 4 * c0, "row": 4 * r0,
-                                          "full": r0 * 4 * N + 4 * c0}[kind]
-                    s.po_ld[i] = 4 * N
+                for st, (c0, r0) in zip(plan.structs, plan.chunks):
+                    st.po_src[i] = base + {"common": 0, "col": 4 * c0, "row": 4 * r0, "full": r0 * 4 * N + 4 * c0}[kind]
+                    st.po_ld[i] = 4 * N
             run(plan, a, c_all[b])
 
-    def _plan(self, packed, choice, sp, lda, scale, bias, dst_zp, col_comp):
+    def _operand(self, src1: np.ndarray, kind: str, b: int, flat: bool) -> np.ndarray:
+        """A binary operand as the kernel reads it for batch item ``b`` (all rows when flat)."""
+        pd = self.pd
+        if kind in ("common", "col"):
+            return src1
+        shape = (pd.batch, pd.M, pd.N if kind == "full" else 1)
+        if src1.ndim == 3 and src1.shape[0] == pd.batch:
+            src1 = src1 if flat else src1[b]
+        elif flat and pd.batch > 1:  # one operand for every batch item: repeat it
+            src1 = np.broadcast_to(src1.reshape(shape[1:]), shape)
+        return np.ascontiguousarray(src1, np.float32)
+
+    def _plan(self, packed, choice, views, lda, rows):
         pd = self.pd
         kernel = self._kernel(choice)
-        key = (id(packed), kernel.address, sp.ctypes.data, lda)
+        key = (id(packed), kernel.address, views["sp"].ctypes.data, lda, rows)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
+        col_comp, scale, bias, dst_zp = views["col_comp"], views["scale"], views["bias"], views["dst_zp"]
         attr = pd.attr
         out = OutputArgs(col_comp=col_comp)
         if pd._scale_kind != "none":
@@ -382,7 +423,7 @@ class _GemmBasedPrimitive(Primitive):
             out.po_scale.append(e.scale if isinstance(e, Sum) else 1.0)
             out.po_zp.append(float(e.zero_point) if isinstance(e, Sum) else 0.0)
         dst_bytes = pd.output.dst_bytes
-        plan = make_plan(kernel, packed, pd.M, pd.N, pd.K, lda, pd.N * dst_bytes, out, pd.threads)
+        plan = make_plan(kernel, packed, rows, pd.N, pd.K, lda, pd.N * dst_bytes, out, pd.threads)
         if len(self._plans) > 8:
             self._plans.clear()
         self._plans[key] = plan

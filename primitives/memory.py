@@ -491,6 +491,14 @@ class Memory:
         else:
             self._array = self._fit(md, array, shape, name)
 
+    @classmethod
+    def trusted(cls, md: MemoryDesc, array: np.ndarray) -> "Memory":
+        """Wrap an array the caller has already checked against ``md`` (dense, physical
+        shape, dtype): the hot path of ``Primitive.execute``, without the checks."""
+        mem = cls.__new__(cls)
+        mem._desc, mem._array, mem.payload = md, array, None
+        return mem
+
     @staticmethod
     def _fit(md: MemoryDesc, array: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
         if array.flags.c_contiguous and (array.shape == shape or
