@@ -12,6 +12,9 @@ Kernels (``--list``)::
     gemm   the GEMM microkernel(s) for a shape --m M --n N --k K [--policy exact|faithful]
            [--a-type u8|s8] (random B with seed 0: on non-VNNI ISAs the exact policy
            then usually picks the widening path, since random weights can saturate)
+    conv   the kernel a convolution layer gets: --ic IC --oc OC --hw H [--window K]
+           [--stride S] [--pad P] [--groups G] [--batch N] [--dst u8|s8|s32|f32] [--fused]
+           (--fused: per-channel scales, bias and relu, as in an int8 ResNet)
 
 A path the CPU lacks is generated and disassembled all the same (mapping code needs no
 CPU support); it is never executed. Examples::
@@ -19,6 +22,7 @@ CPU support); it is never executed. Examples::
     $ dump-asm demo --isa avx2
     $ dump-asm peak --isa avx512_core_vnni --syntax att -o peak.s --bin peak.bin
     $ dump-asm gemm --m 64 --n 64 --k 64 --isa avx2 --policy faithful
+    $ dump-asm conv --ic 64 --oc 64 --hw 56 --window 3 --pad 1 --fused
 
 Exit status 0, or 2 for a usage error (unknown kernel, unknown ISA, bad option), with a
 one-line message on stderr.
@@ -34,6 +38,7 @@ KERNELS = {
     "demo": "the demo's 4-element u8/s8 dot product through one path's step (jit.demo_kernel)",
     "peak": "the register-only peak loop of one path (jit.peak)",
     "gemm": "the GEMM microkernel(s) for --m/--n/--k (primitives.gemm, jit.gemm_kernel)",
+    "conv": "the kernel of a convolution layer (primitives.conv: batch-reduce GEMM, or depthwise)",
 }
 
 
@@ -59,7 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--m", type=int, default=None, help="gemm: rows of A and C")
     p.add_argument("--n", type=int, default=None, help="gemm: columns of B and C")
     p.add_argument("--k", type=int, default=None, help="gemm: reduction length")
-    p.add_argument("--policy", default="exact", choices=("exact", "faithful"), help="gemm: overflow policy")
+    p.add_argument("--policy", default="exact", choices=("exact", "faithful", "halve_weights"),
+                   help="gemm/conv: overflow policy (halve_weights: conv only)")
+    for name, default, what in (("ic", None, "input channels"), ("oc", None, "output channels"),
+                                ("hw", None, "input height = width"), ("window", 1, "window height = width"),
+                                ("stride", 1, "stride"), ("pad", 0, "padding on every side"),
+                                ("groups", 1, "groups"), ("batch", 1, "batch")):
+        p.add_argument(f"--{name}", type=int, default=default, help=f"conv: {what}")
+    p.add_argument("--dst", default="u8", choices=("u8", "s8", "s32", "f32"), help="conv: dst data type")
+    p.add_argument("--fused", action="store_true", help="conv: per-channel scales, bias and relu")
     p.add_argument("--syntax", default="intel", choices=("intel", "att"), help="assembly syntax")
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write the listing to FILE")
     p.add_argument("--bin", metavar="FILE", default=None,
@@ -150,6 +163,51 @@ def _gemm_generated(args, isa: str, b):
     return header, [kernel]
 
 
+def _conv(args, isa: str):
+    """The layer's descriptor on ``isa`` (or, where the CPU lacks it, the kernel it would get)."""
+    from jit import cache
+    from jit.gemm_kernel import choose_tile, generate
+    from primitives.attr import Attr, PostOps
+    from primitives.conv import ConvolutionDesc
+    from primitives.gemm import decide
+    from primitives.memory import desc
+    from runtime.isa import cpu_supports, effective_isa
+
+    for name in ("ic", "oc", "hw"):
+        if getattr(args, name) is None:
+            raise UsageError(f"conv needs --{name}")
+    g, k, st, pad = args.groups, args.window, args.stride, args.pad
+    if args.ic % g or args.oc % g:
+        raise UsageError(f"--groups {g} must divide --ic {args.ic} and --oc {args.oc}")
+    oh = (args.hw + 2 * pad - k) // st + 1
+    if oh < 1:
+        raise UsageError(f"--window {k} is larger than the padded input {args.hw + 2 * pad}")
+    wdims = ((g, args.oc // g, args.ic // g) if g > 1 else (args.oc, args.ic)) + (k, k)
+    attr = Attr(policy=args.policy)
+    if args.fused:
+        attr = Attr(scales={"src": 0, "weights": 3 if g > 1 else 1}, policy=args.policy,
+                    post_ops=PostOps().eltwise("relu"))
+    run_isa = isa if cpu_supports(isa) else effective_isa()
+    pd = ConvolutionDesc(desc((args.batch, args.ic, args.hw, args.hw), "u8", "nhwc"),
+                         desc(wdims, "s8", "any"), desc((args.batch, args.oc, oh, oh), args.dst, "nhwc"),
+                         desc((args.oc,), "f32", "a") if args.fused else None, strides=(st, st),
+                         padding_l=(pad, pad), padding_r=(pad, pad), attr=attr, isa=run_isa)
+    info = pd.impl_info()
+    header = ["impl_info:"] + [f"  {key}: {value}" for key, value in info.items()]
+    if hasattr(pd, "kernel_spec"):  # depthwise
+        spec = pd.kernel_spec("none")
+        if run_isa != isa:
+            raise UsageError(f"the depthwise kernel for {isa} is not generated here (the CPU lacks it)")
+        return header, [pd._kernel(spec)]
+    if run_isa == isa:
+        return header, [pd._kernel_for(pd.fast)]
+    choice = decide(isa, "faithful" if args.policy != "exact" else "exact", None, args.oc // g)
+    kspec = choose_tile(choice.path, False, pd.output, choice.nr, positions=True, outer=True)
+    kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
+    return [f"not executable on this CPU: the {isa} kernel, generated and disassembled only "
+            f"(path {choice.path.kind}; impl_info below is for {run_isa})"] + header, [kernel]
+
+
 def render(kernels, header: Sequence[str], syntax: str = "intel") -> str:
     """The listing: a comment header, then per kernel its name, size and instructions."""
     from jit.disasm import disassemble
@@ -176,7 +234,7 @@ def run(argv: Sequence[str] | None = None, out=None) -> int:
     if args.kernel not in KERNELS:
         raise UsageError(f"unknown kernel {args.kernel!r}; expected one of {', '.join(KERNELS)}")
     isa = _isa(args.isa)
-    header, kernels = {"demo": _demo, "peak": _peak, "gemm": _gemm}[args.kernel](args, isa)
+    header, kernels = {"demo": _demo, "peak": _peak, "gemm": _gemm, "conv": _conv}[args.kernel](args, isa)
     text = render(kernels, header, args.syntax)
     if args.output:
         with open(args.output, "w") as f:

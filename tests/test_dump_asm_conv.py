@@ -1,0 +1,39 @@
+"""dump-asm conv: the kernel a convolution layer gets, on every ISA (generated where the CPU lacks it)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from runtime.isa import LADDER
+from tools.dump_asm import UsageError, run
+
+STEP = {"avx512_core_vnni": "vpdpbusd zmm", "avx2_vnni": "vpdpbusd ymm", "avx512_core": "vpmaddubsw zmm",
+        "avx2": "vpmaddubsw ymm"}
+
+
+@pytest.mark.parametrize("isa", LADDER)
+def test_conv_kernel_listing(isa):
+    out = io.StringIO()
+    assert run(["conv", "--ic", "16", "--oc", "24", "--hw", "9", "--window", "3", "--pad", "1", "--fused",
+                "--policy", "faithful", "--isa", isa], out) == 0
+    text = out.getvalue().lower()
+    assert "brgemm_u8s8u8" in text
+    assert STEP[isa] in text
+    assert "vpmovdb" in text or "vpackuswb" in text  # the u8 store of the output pipeline
+
+
+def test_depthwise_layer_listing():
+    out = io.StringIO()
+    assert run(["conv", "--ic", "32", "--oc", "32", "--groups", "32", "--hw", "14", "--window", "3", "--pad", "1"],
+               out) == 0
+    assert "depthwise" in out.getvalue()
+
+
+def test_conv_usage_errors():
+    with pytest.raises(UsageError, match="--ic"):
+        run(["conv", "--oc", "8", "--hw", "8"], io.StringIO())
+    with pytest.raises(UsageError, match="--groups"):
+        run(["conv", "--ic", "6", "--oc", "8", "--hw", "8", "--groups", "4"], io.StringIO())
+    with pytest.raises(UsageError, match="--window"):
+        run(["conv", "--ic", "8", "--oc", "8", "--hw", "2", "--window", "5"], io.StringIO())
