@@ -279,7 +279,8 @@ def _int8jit_conv(case, isa, threads) -> Side:
     n, oc = case["N"], case["OC"]
     oh, ow = conv_out(case)
     w_dims, w_tag, w_mask = conv_weight_dims(case)
-    attr = Attr(scales={"weights": w_mask, "dst": 0}).set_post_ops(PostOps().eltwise("relu"))
+    attr = Attr(scales={"weights": w_mask, "dst": 0}, policy=case.get("policy", "exact")).set_post_ops(
+        PostOps().eltwise("relu"))
     t0 = time.perf_counter()
     pd = ConvolutionDesc(desc((n, case["IC"], case["IH"], case["IW"]), "u8", "nhwc"), desc(w_dims, "s8", "any"),
                          desc((n, oc, oh, ow), "u8", "nhwc"), desc((oc,), "f32", "a"),
