@@ -39,6 +39,18 @@ best window of the run is the peak (rows print with the best so far; the CSV and
 markdown use the final one). ``ratio`` = int8jit GOPS / oneDNN GOPS (above 1:
 int8jit is faster). ``check`` compares the two outputs of the fused problem: ``=``
 bit-identical, else how many elements differ and by at most how much.
+
+``conv`` also times PyTorch's quantized conv2d (``torch.ops.quantized.conv2d_relu``,
+engine ``x86``, channels_last quint8 activations with scale 1 and zero point 0, per-
+channel qint8 weights, f32 bias, quint8 output with int8jit's dst scale) in this process,
+``torch.set_num_threads`` = the row's threads, its windows first in each round like
+oneDNN's: ``torch ms`` and ``/torch`` = int8jit GOPS / PyTorch GOPS (above 1: int8jit is
+faster); its output check against int8jit goes in the note. ``-`` where torch cannot be
+imported. PyTorch's bundled oneDNN (3.12 in 2.13) picks its own ISA, AMX where the CPU
+has it, and is not capped at the row's ISA path; above 100 groups (MobileNet's wide
+depthwise layers) the x86 engine runs fbgemm, whose depthwise kernel saturates s16 pair
+sums on full-range weights (the note then shows differing outputs; see
+tests/test_torch_conv.py).
 """
 from __future__ import annotations
 
@@ -479,6 +491,46 @@ class RemoteSide:
             return np.load(path)
 
 
+# ------------------------------------------------------------------ PyTorch side (conv)
+
+def torch_conv_setup(case, threads: int) -> Side:
+    """PyTorch's quantized conv2d + relu on ``conv_operands(case)`` (x86 engine, NHWC)."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise Unavailable(f"torch unavailable ({exc})") from None
+    import warnings
+
+    engines = torch.backends.quantized.supported_engines
+    engine = next((e for e in ("x86", "fbgemm", "onednn") if e in engines), None)
+    if engine is None:
+        raise Unavailable(f"torch has no x86 quantized engine ({engines})")
+    torch.backends.quantized.engine = engine
+    torch.set_num_threads(threads)
+    x, w, bias, wscale, dscale = conv_operands(case)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensor creation is deprecated in torch 2.13
+        # x is NHWC: permuting to NCHW logical dims gives a channels_last tensor without a copy.
+        qx = torch._make_per_tensor_quantized_tensor(torch.from_numpy(x), 1.0, 0).permute(0, 3, 1, 2)
+        qw = torch._make_per_channel_quantized_tensor(torch.from_numpy(w), torch.from_numpy(wscale.astype(np.float64)),
+                                                      torch.zeros(case["OC"], dtype=torch.int64), 0)
+        t0 = time.perf_counter()
+        packed = torch.ops.quantized.conv2d_prepack(qw, torch.from_numpy(bias), [case["S"]] * 2, [case["P"]] * 2,
+                                                    [1, 1], case["G"])
+        create_ms = 1e3 * (time.perf_counter() - t0)
+    conv, scale = torch.ops.quantized.conv2d_relu, float(dscale[0])
+    out = {}
+
+    def call():
+        out["y"] = conv(qx, packed, scale, 0)
+
+    call()
+    side = Side(call, None, f"torch {torch.__version__} {engine}", create_ms)
+    # The NHWC u8 output of the last call (the tensor is channels_last: the permute is a view).
+    side.output = lambda: out["y"].int_repr().permute(0, 2, 3, 1).numpy()
+    return side
+
+
 # ------------------------------------------------------------------ measurement
 
 class Series:
@@ -555,6 +607,11 @@ class Result:
     impl_int8jit: str = ""
     impl_onednn: str = ""
     notes: list = field(default_factory=list)
+    torch_s: float | None = None  # conv: PyTorch's quantized conv2d
+
+    @property
+    def torch_ratio(self):
+        return None if self.int8jit_s is None or self.torch_s is None else self.torch_s / self.int8jit_s
 
     def gops(self, seconds):
         n = ops(self.case)
@@ -603,6 +660,9 @@ def columns(bench: str):
                  ("GOPS", 6, True, lambda r: _f(r.gops(r.onednn_s), ".1f")),
                  ("%pk", 4, True, lambda r: _f(r.pct(r.onednn_s), ".0f"))]
     cols.append(("ratio", 5, True, lambda r: _f(r.ratio, ".2f")))
+    if bench == "conv":
+        cols += [("torch ms", 8, True, lambda r: "-" if r.torch_s is None else ms(r.torch_s)),
+                 ("/torch", 6, True, lambda r: "-" if r.torch_ratio is None else _f(r.torch_ratio, ".2f"))]
     if bench in ("matmul", "ip"):
         cols += [("s32 ms", 7, True, lambda r: ms(r.int8jit_plain_s)),
                  ("ovh%", 5, True, lambda r: _f(r.overhead(r.int8jit_s, r.int8jit_plain_s), "+.0f")),
@@ -632,7 +692,8 @@ def write_csv(path, bench, results) -> None:
         w.writerow(["bench", "problem", *keys, "threads", "isa", "int8jit_ms", "onednn_ms", "int8jit_gops",
                     "onednn_gops", "int8jit_gbs", "onednn_gbs", "peak_gops_per_core", "int8jit_pct_peak",
                     "onednn_pct_peak", "ratio", "int8jit_plain_ms", "onednn_plain_ms", "int8jit_overhead_pct",
-                    "onednn_overhead_pct", "noise_pct", "check", "int8jit_impl", "onednn_impl", "note"])
+                    "onednn_overhead_pct", "noise_pct", "check", "int8jit_impl", "onednn_impl", "note"]
+                   + (["torch_ms", "int8jit_over_torch"] if bench == "conv" else []))
         rnd = lambda x, d=4: None if x is None else round(x, d)  # noqa: E731
         ms = lambda s: rnd(None if s is None else 1e3 * s, 5)  # noqa: E731
         for r in results:
@@ -644,7 +705,7 @@ def write_csv(path, bench, results) -> None:
                         ms(r.int8jit_plain_s), ms(r.onednn_plain_s),
                         rnd(r.overhead(r.int8jit_s, r.int8jit_plain_s)), rnd(r.overhead(r.onednn_s, r.onednn_plain_s)),
                         rnd(None if r.noise is None else 100 * r.noise), r.check, r.impl_int8jit, r.impl_onednn,
-                        "; ".join(r.notes)])
+                        "; ".join(r.notes)] + ([ms(r.torch_s), rnd(r.torch_ratio)] if bench == "conv" else []))
 
 
 def markdown_table(cols, results) -> list[str]:
@@ -745,13 +806,25 @@ def run_problem(server, case, variants, isa, threads, min_time, min_rounds, chec
             r.notes.append(f"{exc}{tag}")
         except Exception as exc:
             r.notes.append(f"int8jit error{tag}: {type(exc).__name__}: {exc}")
+    torch_side = None
+    if case["prim"] == "conv":
+        try:
+            torch_side = torch_conv_setup(case, threads)
+            t = _local_timed(torch_side.call)
+            # remote=True: its windows run first and (2+ threads) the settle pause follows
+            # them, as torch's own OpenMP workers spin after its calls like libgomp's do.
+            series[("torch", "fused")] = Series(t, _first_call_s(t), remote=True)
+        except Unavailable:
+            pass
+        except Exception as exc:
+            r.notes.append(f"torch error: {type(exc).__name__}: {exc}")
     if series:
         measure_interleaved(list(series.values()), min_time, min_rounds, peak, SETTLE_S if threads > 1 else 0.0)
     r.peak = None if peak is None else peak.best
     for (who, variant), s in series.items():
         attr = f"{who}_s" if variant == "fused" else f"{who}_plain_s"
         setattr(r, attr, s.best)
-    fused = [s.noise for (who, v), s in series.items() if v == "fused"]
+    fused = [s.noise for (who, v), s in series.items() if v == "fused" and who != "torch"]
     r.noise = max(fused) if fused else None
     if check and "onednn" in outputs and outputs.get("int8jit") is not None:
         # int8jit's call just ran last; oneDNN's output is the one of its last call too.
@@ -762,6 +835,8 @@ def run_problem(server, case, variants, isa, threads, min_time, min_rounds, chec
         ref = pooling_ref(pool_src(case), case["alg"], (case["K"],) * 2, (case["S"],) * 2, (case["P"],) * 2,
                           (case["P"],) * 2)
         r.check = "ref " + _check_outputs(ref, outputs["onednn"].output())
+    if check and torch_side is not None and outputs.get("int8jit") is not None:
+        r.notes.append(f"torch {_check_outputs(outputs['int8jit'], torch_side.output())} ({torch_side.impl})")
     if server is not None:
         try:
             server.request(op="free")
