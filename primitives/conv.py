@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit.gemm_kernel import choose_tile
-from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
 from primitives import verbose
-from primitives.attr import BIAS, DST, SRC, WEIGHTS, Eltwise, Sum, post_op_src1, scales, zero_points
+from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
+from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.gemm import Choice, decide
 from primitives.gemm_driver import Operand, OutputArgs, new_args
@@ -284,26 +284,8 @@ class ConvolutionDesc(PrimitiveDesc):
         self.src_s8 = src_md.dt == "s8"
         self.fast = decide(self.isa, attr.policy if attr.policy != "halve_weights" else "faithful", None, ocg)
         self.halve = attr.policy == "halve_weights" and self.fast.path.kind != "vnni"
-        post, self._binary = [], []
-        for i, e in enumerate(attr.post_ops):
-            if isinstance(e, Eltwise):
-                post.append(EltwiseOp(e.alg, e.alpha, e.beta))
-            elif isinstance(e, Sum):
-                post.append(SumOp(e.dt or dst_md.dt))
-            else:
-                kind = _broadcast(e.src1, dst_md, i)
-                post.append(BinaryOp(e.alg, kind))
-                self._binary.append((i, kind))
-        has_scale = SRC in attr.scales or WEIGHTS in attr.scales or self.halve
-        self._scale_kind = ("col" if attr.scales_mask(WEIGHTS) else "common") if has_scale else "none"
-        zp_dst = attr.zero_points_mask(DST)
-        self.output = OutputSpec(float_mode=True, scale=self._scale_kind, bias="none" if bias_md is None else "col",
-                                 post_ops=tuple(post), dst_scale=DST in attr.scales,
-                                 dst_zp="none" if zp_dst is None else ("col" if zp_dst else "common"),
-                                 dst_dt=dst_md.dt)
-        if dst_md.dt == "s32" and self._scale_kind == "none" and not post and bias_md is None and zp_dst is None \
-                and DST not in attr.scales:
-            self.output = OutputSpec()
+        plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve)
+        self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self._kernel_for(self.fast)  # creation pays the code generation (or the disk cache) once
         if weights_md.is_any:
             layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)

@@ -49,9 +49,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit.depthwise_kernel import ARGS_CDEF, DwKernelSpec, zp_route
-from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
 from primitives import verbose
-from primitives.attr import BIAS, DST, SRC, WEIGHTS, Binary, Eltwise, Sum, post_op_src1, scales, zero_points
+from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
+from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.memory import Memory, MemoryDesc, desc, packed_desc
 from primitives.reference import dst_scale_inverse, output_pipeline, wrap_int32
@@ -244,29 +244,8 @@ class DepthwiseConvDesc(PrimitiveDesc):
         attr.validate({SRC: src_md, WEIGHTS: weights_md, DST: dst_md}, "depthwise convolution",
                       scales_masks={SRC: (0,), WEIGHTS: wmasks, DST: (0,)}, zero_points_args=(SRC, DST),
                       zero_points_masks={SRC: (0,), DST: (0, 2)}, max_sums=1)
-        post = []
-        self._binary = []  # (post-op index, broadcast)
-        for i, e in enumerate(attr.post_ops):
-            if isinstance(e, Eltwise):
-                post.append(EltwiseOp(e.alg, e.alpha, e.beta))
-            elif isinstance(e, Sum):
-                post.append(SumOp(e.dt or dst_md.dt))
-            elif isinstance(e, Binary):
-                kind = self._broadcast(e.src1, i)
-                post.append(BinaryOp(e.alg, kind))
-                self._binary.append((i, kind))
-            else:  # pragma: no cover - PostOps holds only these
-                raise ValueError(f"post_ops[{i}]: unknown entry {e!r}")
-        self._scale_kind = ("col" if attr.scales_mask(WEIGHTS) else "common") \
-            if (SRC in attr.scales or WEIGHTS in attr.scales) else "none"
-        zp_dst = attr.zero_points_mask(DST)
-        self.output = OutputSpec(
-            float_mode=True, scale=self._scale_kind, bias="none" if bias_md is None else "col",
-            post_ops=tuple(post), dst_scale=DST in attr.scales,
-            dst_zp="none" if zp_dst is None else ("col" if zp_dst else "common"), dst_dt=dst_md.dt)
-        if dst_md.dt == "s32" and self._scale_kind == "none" and not post and bias_md is None \
-                and zp_dst is None and DST not in attr.scales:
-            self.output = OutputSpec()  # the plain int32 sums, wrapping
+        plan = output_plan(attr, dst_md, bias_md, self._broadcast)
+        self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_dt = src_md.dt
         self.has_src_zp = SRC in attr.zero_points
         # Pixels per block: the most the registers allow (6); a narrower image whose rows hold

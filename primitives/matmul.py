@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
-from primitives.attr import BIAS, DST, SRC, WEIGHTS, Eltwise, Sum, post_op_src1, scales, zero_points
+from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
+from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.gemm import Choice, decide, gemm_kernel
 from primitives.gemm_driver import Operand, OutputArgs, make_plan, run
@@ -128,28 +128,8 @@ class _GemmBasedDesc(PrimitiveDesc):
                                                       if self.kind == "matmul" else (0, 1), DST: (0,)},
                       zero_points_args=(SRC, DST), zero_points_masks={SRC: (0,), DST: (0, col_mask)},
                       max_sums=1)
-        post = []
-        self._binary = []  # (post-op index, broadcast)
-        for i, e in enumerate(attr.post_ops):
-            if isinstance(e, Eltwise):
-                post.append(EltwiseOp(e.alg, e.alpha, e.beta))
-            elif isinstance(e, Sum):
-                post.append(SumOp(e.dt or dst_md.dt))
-            else:
-                kind = self._broadcast(e.src1, dst_md, i)
-                post.append(BinaryOp(e.alg, kind))
-                self._binary.append((i, kind))
-        wmask = attr.scales_mask(WEIGHTS)
-        self._scale_kind = ("col" if wmask else "common") if (SRC in attr.scales or WEIGHTS in attr.scales) \
-            else "none"
-        zp_dst = attr.zero_points_mask(DST)
-        self.output = OutputSpec(
-            float_mode=True, scale=self._scale_kind, bias="none" if bias_md is None else "col", post_ops=tuple(post),
-            dst_scale=DST in attr.scales, dst_zp="none" if zp_dst is None else ("col" if zp_dst else "common"),
-            dst_dt=dst_md.dt)
-        if dst_md.dt == "s32" and self._scale_kind == "none" and not post and bias_md is None \
-                and zp_dst is None and DST not in attr.scales:
-            self.output = OutputSpec()  # plain int32 product: no float stage, wrapping as the GEMM
+        plan = output_plan(attr, dst_md, bias_md, lambda src1, i: self._broadcast(src1, dst_md, i))
+        self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_s8 = src_md.dt == "s8"
         self.fast = decide(self.isa, policy, None, N)
         # One kernel now, so creation pays code generation (or the disk cache) once.

@@ -1,0 +1,56 @@
+"""From a primitive's attributes to the structure of its output pipeline (``jit.output``).
+
+Matmul, inner product, convolution and depthwise convolution map their attributes the
+same way; this is the one place that does it.
+
+Example::
+
+    >>> from primitives.attr import Attr, PostOps
+    >>> from primitives.memory import desc
+    >>> attr = Attr(scales={"src": 0, "weights": 2}).set_post_ops(PostOps().eltwise("relu"))
+    >>> p = output_plan(attr, desc((4, 8), "u8", "ab"), None, lambda src1, i: "col")
+    >>> p.spec.scale, p.spec.dst_dt, [type(op).__name__ for op in p.spec.post_ops]
+    ('col', 'u8', ['EltwiseOp'])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
+from primitives.attr import DST, SRC, WEIGHTS, Attr, Eltwise, Sum
+from primitives.memory import MemoryDesc
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    spec: OutputSpec
+    scale_kind: str  # "none" | "common" | "col": src scale x weights scale(s)
+    binary: tuple  # (post-op index, broadcast) of each binary post-op
+
+
+def output_plan(attr: Attr, dst_md: MemoryDesc, bias_md: MemoryDesc | None,
+                broadcast: Callable[[MemoryDesc, int], str], *, extra_scale: bool = False) -> OutputPlan:
+    """The output stage for ``attr``; ``broadcast(src1_desc, index)`` names a binary operand's
+    broadcast ("common", "col", "row", "full") or raises naming ``post_ops[index]``.
+    ``extra_scale``: a scale is applied even without scale attributes (halve_weights' 2)."""
+    post, binary = [], []
+    for i, e in enumerate(attr.post_ops):
+        if isinstance(e, Eltwise):
+            post.append(EltwiseOp(e.alg, e.alpha, e.beta))
+        elif isinstance(e, Sum):
+            post.append(SumOp(e.dt or dst_md.dt))
+        else:
+            kind = broadcast(e.src1, i)
+            post.append(BinaryOp(e.alg, kind))
+            binary.append((i, kind))
+    has_scale = SRC in attr.scales or WEIGHTS in attr.scales or extra_scale
+    scale_kind = ("col" if attr.scales_mask(WEIGHTS) else "common") if has_scale else "none"
+    zp_dst = attr.zero_points_mask(DST)
+    spec = OutputSpec(float_mode=True, scale=scale_kind, bias="none" if bias_md is None else "col",
+                      post_ops=tuple(post), dst_scale=DST in attr.scales,
+                      dst_zp="none" if zp_dst is None else ("col" if zp_dst else "common"), dst_dt=dst_md.dt)
+    if dst_md.dt == "s32" and scale_kind == "none" and not post and bias_md is None and zp_dst is None \
+            and DST not in attr.scales:
+        spec = OutputSpec()  # the plain int32 sums: no float stage, wrapping as the GEMM's integer mode
+    return OutputPlan(spec, scale_kind, tuple(binary))
