@@ -369,6 +369,7 @@ class _Convolution(Primitive):
         super().__init__(pd)
         self._plans: dict = {}
         self._kernels: dict = {}
+        self._filled: dict = {}  # padded-source buffer address -> the zero point its borders hold
 
     def _kernel(self, choice: Choice):
         key = (choice.path, choice.nr)
@@ -403,8 +404,15 @@ class _Convolution(Primitive):
                 raise ValueError(f"zero_points:src: {zp_src} is outside the {src.desc.dt} range [{lo}, {hi}]; "
                                  "convolution pads the source with its zero point")
             a = sp[:pd._pad_bytes].view(src.array.dtype).reshape((g.n,) + g.padded + (G, g.icgp))
-            a.fill(zp_src)
-            x = np.moveaxis(src.logical(), 1, -1).reshape((g.n,) + g.src + (G, g.icg))
+            # The borders (and padded channels) keep their zero point from one call to the
+            # next: only the interior is rewritten.
+            if self._filled.get(a.ctypes.data) != zp_src:
+                a.fill(zp_src)
+                self._filled[a.ctypes.data] = zp_src
+            if src.desc.perm == _channels_last(src.desc.ndims):
+                x = src.array.reshape((g.n,) + g.src + (G, g.icg))
+            else:
+                x = np.moveaxis(src.logical(), 1, -1).reshape((g.n,) + g.src + (G, g.icg))
             (d0, h0, w0) = g.pad_l
             a[:, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg] = x
             pixel = G * g.icgp
@@ -467,9 +475,14 @@ class _Convolution(Primitive):
         sd, sh, sw = g.stride
         tmp_end = _align(pd._pad_bytes) + _align(pd._dst_tmp_bytes)
         cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(4, G, pd._ocgp)
+        # Dense along W with one group, a window row's KW pixels are KW * pixel consecutive
+        # bytes in K's packed order (kw, ic): one position per (kd, kh) with a KW times
+        # longer K, so fewer, longer K loops.
+        fold = g.dil[2] == 0 and G == 1
+        k_pos = g.k_per_position * (g.ker[2] if fold else 1)
         offsets = np.array([((kd * (g.dil[0] + 1) * Hp + kh * (g.dil[1] + 1)) * Wp + kw * (g.dil[2] + 1)) * pixel
-                            for kd in range(g.ker[0]) for kh in range(g.ker[1]) for kw in range(g.ker[2])],
-                           np.int64)
+                            for kd in range(g.ker[0]) for kh in range(g.ker[1])
+                            for kw in (range(1) if fold else range(g.ker[2]))], np.int64)
         image = Dp * Hp * Wp * pixel
         # Work items: (a offset, dst offset, rows m, outer blocks, first dst row).
         if pd._direct_src() and g.flat:  # one GEMM over every pixel
@@ -503,10 +516,10 @@ class _Convolution(Primitive):
             keep.append((packed, out))
             for t, (b, e) in enumerate(split(len(items), threads)):
                 for a_off, c_off, m, outer, row0 in items[b:e]:
-                    s = new_args(packed, g.k_per_position, sw * pixel, OC * dbytes, out, 0, g.ocg, row0, row0 + m)
+                    s = new_args(packed, k_pos, sw * pixel, OC * dbytes, out, 0, g.ocg, row0, row0 + m)
                     s.outer, s.a_outer_stride, s.c_outer_stride = outer, sh * Wp * pixel, OW * OC * dbytes
                     s.pos_off = ffi.cast("int64_t *", pointer_to(offsets))
-                    s.pos_end = s.pos_off + g.positions
+                    s.pos_end = s.pos_off + len(offsets)
                     s.m = m
                     per_thread[t].append((kernel.function, s))
                     all_items.append((s, a_off + grp * g.icgp, c_off + grp * g.ocg * dbytes, grp * g.ocg, row0))
