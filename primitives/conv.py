@@ -371,6 +371,12 @@ class _Convolution(Primitive):
         self._kernels: dict = {}
         self._filled: dict = {}  # padded-source buffer address -> the zero point its borders hold
 
+    def impl_info(self) -> dict:
+        """The descriptor's choice, plus the kernels executions actually ran: on a non-VNNI
+        ISA the exact policy picks the fast or the widening kernel once the weights are known."""
+        ran = [k.meta["kspec"].name for k in self._kernels.values()]
+        return dict(self.pd.impl_info(), **({"kernels_run": ran} if ran else {}))
+
     def _kernel(self, choice: Choice):
         key = (choice.path, choice.nr)
         if key not in self._kernels:

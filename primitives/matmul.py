@@ -290,6 +290,12 @@ class _GemmBasedPrimitive(Primitive):
         layout = WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, order)
         return pack_weights(layout.b_kn(logical), pd.isa, pd.attr.policy)
 
+    def impl_info(self) -> dict:
+        """The descriptor's choice, plus the kernels executions actually ran: on a non-VNNI
+        ISA the exact policy picks the fast or the widening kernel once the weights are known."""
+        ran = [k.meta["kspec"].name for k in self._kernels.values()]
+        return dict(self.pd.impl_info(), **({"kernels_run": ran} if ran else {}))
+
     def _kernel(self, choice: Choice):
         key = (choice.path, choice.nr)
         kernel = self._kernels.get(key)

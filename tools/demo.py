@@ -9,7 +9,9 @@ widening path), runs on each path the CPU can execute
   ``-128*sum(b)`` compensation: exact 32258; VPMADDUBSW gives 255
 
 and prints each result next to the exact one. Then the GEMM primitive does the same
-products on each ISA with the ``exact`` and ``faithful`` overflow policies. Paths the
+products on each ISA with the ``exact`` and ``faithful`` overflow policies, and an int8
+layer (a 3x3 convolution and a matmul with scales, bias and relu, u8 output) runs on each
+ISA and policy, counting the outputs that differ from the exact numpy model. Paths the
 CPU lacks (or that lie above the ISA cap, ``INT8JIT_MAX_ISA``) are generated and
 reported with their code size, not executed.
 
@@ -155,10 +157,68 @@ def run(out=None) -> int:
                 status = 1
             say(f"{name:<18} {policy:<9} {kind:<9} {u8:>7} {s8:>7} {f'{u8_exact}/{s8_exact}':>13}  {verdict}")
     say()
+    status |= _layers(say, runnable)
     generated = cache.stats["generated"] - stats0.get("generated", 0)
     from_disk = cache.stats["disk_hits"] - stats0.get("disk_hits", 0)
     say(f"{generated} kernels generated with PeachPy, {from_disk} loaded from the disk cache "
         f"({cache.cache_dir()}); {time.perf_counter() - started:.2f} s")
+    return status
+
+
+def _layers(say, runnable) -> int:
+    """An int8 ResNet-style layer (3x3 conv 16 -> 24, u8 output with per-channel scales,
+    bias and relu) and a matmul with the same attributes, on every runnable ISA and both
+    policies, against the numpy models; full-range weights, so VPMADDUBSW saturates."""
+    import numpy as np
+
+    from primitives.attr import Attr, PostOps
+    from primitives.conv import ConvolutionDesc
+    from primitives.conv_ref import conv_sum
+    from primitives.matmul import MatmulDesc
+    from primitives.memory import desc
+    from primitives.reference import gemm_sum, output_pipeline
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (1, 16, 9, 9)).astype(np.uint8)
+    w = rng.integers(-128, 128, (24, 16, 3, 3)).astype(np.int8)
+    a = rng.integers(0, 256, (7, 40)).astype(np.uint8)
+    b = rng.integers(-128, 128, (40, 24)).astype(np.int8)
+    ws = rng.uniform(0.001, 0.004, 24).astype(np.float32)
+    bias = rng.uniform(-20, 20, 24).astype(np.float32)
+    say("An int8 layer per ISA and policy: u8 out = relu(0.05 * w_scale[oc] * acc + bias), 3x3 conv 16->24 at "
+        "9x9 (pad 1) and a 7x40 @ 40x24 matmul; outputs differing from the exact model:")
+    header = f"{'isa':<18} {'policy':<9} {'conv':>6} {'matmul':>7}  kernel"
+    say(header)
+    say("-" * len(header))
+    status = 0
+    for name in runnable:
+        for policy in ("exact", "faithful"):
+            attr = Attr(scales={"src": 0, "weights": 1}, policy=policy).set_post_ops(PostOps().eltwise("relu"))
+            pd = ConvolutionDesc(desc(x.shape, "u8", "nchw"), desc(w.shape, "s8", "oihw"),
+                                 desc((1, 24, 9, 9), "u8", "nchw"), desc((24,), "f32", "a"),
+                                 padding_l=(1, 1), padding_r=(1, 1), attr=attr, isa=name)
+            y = np.zeros((1, 24, 9, 9), np.uint8)
+            conv = pd.create()
+            conv.execute({"src": x, "weights": w, "dst": y, "bias": bias, "scales:src": np.float32([0.05]),
+                          "scales:weights": ws})
+            scale = np.float32(0.05) * ws
+            post = [("eltwise", "relu", 0.0, 0.0)]
+            rows = np.moveaxis(conv_sum(x, w, (1, 1), (1, 1), (1, 1), (0, 0)), 1, -1).reshape(-1, 24)
+            exact = np.moveaxis(output_pipeline(rows, dst_dt="u8", scale=scale, bias=bias, post_ops=post)
+                                .reshape(1, 9, 9, 24), -1, 1)
+            mattr = Attr(scales={"src": 0, "weights": 2}, policy=policy).set_post_ops(PostOps().eltwise("relu"))
+            mpd = MatmulDesc(desc(a.shape, "u8", "ab"), desc(b.shape, "s8", "ab"), desc((7, 24), "u8", "ab"),
+                             desc((1, 24), "f32", "ab"), attr=mattr, isa=name)
+            z = np.zeros((7, 24), np.uint8)
+            mpd.create().execute({"src": a, "weights": b, "dst": z, "bias": bias, "scales:src": np.float32([0.05]),
+                                  "scales:weights": ws})
+            mexact = output_pipeline(gemm_sum(a, b, 0, 0, False), dst_dt="u8", scale=scale, bias=bias, post_ops=post)
+            conv_diff, mm_diff = int((y != exact).sum()), int((z != mexact).sum())
+            verdict = ""
+            if policy == "exact" and (conv_diff or mm_diff):
+                verdict, status = "  WRONG (policy exact)", 1
+            say(f"{name:<18} {policy:<9} {conv_diff:>6} {mm_diff:>7}  {', '.join(conv.impl_info()['kernels_run'])}{verdict}")
+    say()
     return status
 
 
