@@ -55,7 +55,7 @@ def test_demo_row_per_path(demo_output, isa, kind):
 
 def test_demo_gemm_exact_policy_is_exact_everywhere(demo_output):
     _, text = demo_output
-    gemm_part = text.split("GEMM primitive", 1)[1]
+    gemm_part = text.split("GEMM primitive", 1)[1].split("An int8 layer", 1)[0]
     for isa in SUPPORTED:
         exact = [ln for ln in gemm_part.splitlines() if ln.startswith(isa + " ") and " exact " in ln[:30]]
         assert len(exact) == 1, gemm_part
@@ -64,6 +64,22 @@ def test_demo_gemm_exact_policy_is_exact_everywhere(demo_output):
         assert len(faithful) == 1
         if fast_path(isa).kind == "maddubsw":
             assert re.search(r"\bmaddubsw\s+32767\s+255\b.*saturated$", faithful[0]), faithful[0]
+
+
+def test_demo_int8_layer_exact_policy(demo_output):
+    """The layer section: 0 outputs differ from the exact model under the exact policy on
+    every runnable ISA; faithful differs only on VPMADDUBSW paths."""
+    _, text = demo_output
+    layer = text.split("An int8 layer", 1)[1]
+    for isa in SUPPORTED:
+        for policy in ("exact", "faithful"):
+            line = [ln for ln in layer.splitlines() if ln.startswith(isa + " ") and f" {policy} " in ln]
+            assert len(line) == 1, layer
+            conv, matmul = (int(v) for v in line[0].split()[2:4])
+            if policy == "exact" or fast_path(isa).kind == "vnni":
+                assert conv == matmul == 0, line[0]
+            else:
+                assert conv > 0 and matmul > 0, line[0]
 
 
 def test_demo_main_returns_zero(capsys, monkeypatch):
