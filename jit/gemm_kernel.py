@@ -64,8 +64,12 @@ class GemmKernelSpec:
     output: OutputSpec
     positions: bool = False  # batch-reduce: sum over positions, A offset per position (convolution)
     outer: bool = False  # an outer loop over blocks of m rows with their own A/dst strides
+    unroll_k: int = 1  # K groups per iteration of the K loop
+    prefetch_b: int = 0  # bytes ahead of the B cursor to prefetch into L1 (0: none)
 
     def __post_init__(self):
+        if self.unroll_k < 1 or self.prefetch_b < 0:
+            raise ValueError(f"unroll_k >= 1 and prefetch_b >= 0, got {self.unroll_k}, {self.prefetch_b}")
         if not 1 <= self.mr <= MAX_MR:
             raise ValueError(f"mr: expected 1..{MAX_MR}, got {self.mr}")
         if self.nr < 1 or self.nr > 7:
@@ -111,11 +115,13 @@ class GemmKernelSpec:
 
 
 def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = MAX_MR, *,
-                positions: bool = False, outer: bool = False) -> GemmKernelSpec:
+                positions: bool = False, outer: bool = False, unroll_k: int = 4,
+                prefetch_b: int = 0) -> GemmKernelSpec:
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit."""
     for rows in range(mr, 0, -1):
         try:
-            return GemmKernelSpec(path, rows, nr, s8_src, output, positions, outer)
+            return GemmKernelSpec(path, rows, nr, s8_src, output, positions, outer, unroll_k=unroll_k,
+                                  prefetch_b=prefetch_b)
         except ValueError:
             continue
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
@@ -184,9 +190,13 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         base = r10 if i < 3 else rcx
         return [base + 0, base + r11 * 1, base + r11 * 2][i % 3]
 
-    def k_group(rows: int, tail: bool) -> None:
+    def k_group(rows: int, tail: bool, u: int = 0) -> None:
+        # u: which group of an unrolled iteration (B and A displacements, no pointer bumps)
         for j, b in enumerate(breg):
-            vload(b, [rbx + j * vb])
+            vload(b, [rbx + u * spec.b_group_bytes + j * vb])
+        if spec.prefetch_b and not tail:
+            for line in range(0, spec.b_group_bytes, 64):
+                asm.PREFETCHT0([rbx + spec.prefetch_b + u * spec.b_group_bytes + line])
         for i in range(rows):
             if tail:  # the row's last dword, shifted so only the K % 4 valid bytes remain
                 MOV(rbp.as_dword, [a_row(i)])
@@ -194,7 +204,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
                 asm.VMOVD(areg.as_xmm, rbp.as_dword)
                 asm.VPBROADCASTD(areg, areg.as_xmm)
             else:
-                asm.VPBROADCASTD(areg, asm.dword[a_row(i)])
+                asm.VPBROADCASTD(areg, asm.dword[a_row(i) + 4 * u])
             if xor80 is not None:
                 vxor(areg, areg, xor80)
             if path.kind == "widen":
@@ -236,14 +246,31 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             ADD(rcx, rdx)
         k_loop, k_tail, k_done = Label(), Label(), Label()
         MOV(r9, [args + off["k_groups"]])
+
+        def advance(groups: int) -> None:
+            ADD(rbx, groups * spec.b_group_bytes)
+            ADD(rdx, 4 * groups)
+            if rows > 3:
+                ADD(rcx, 4 * groups)
+
+        unroll = spec.unroll_k
+        if unroll > 1:  # whole unrolled iterations, then one group at a time
+            k_wide, k_rest = Label(), Label()
+            SUB(r9, unroll)
+            JB(k_rest)
+            LABEL(k_wide)
+            for u in range(unroll):
+                k_group(rows, tail=False, u=u)
+            advance(unroll)
+            SUB(r9, unroll)
+            asm.JAE(k_wide)
+            LABEL(k_rest)
+            ADD(r9, unroll)
         TEST(r9, r9)
         JZ(k_tail)
         LABEL(k_loop)
         k_group(rows, tail=False)
-        ADD(rbx, spec.b_group_bytes)
-        ADD(rdx, 4)
-        if rows > 3:
-            ADD(rcx, 4)
+        advance(1)
         DEC(r9)
         asm.JNZ(k_loop)
         LABEL(k_tail)
