@@ -66,6 +66,7 @@ class GemmKernelSpec:
     outer: bool = False  # an outer loop over blocks of m rows with their own A/dst strides
     unroll_k: int = 1  # K groups per iteration of the K loop
     prefetch_b: int = 0  # bytes ahead of the B cursor to prefetch into L1 (0: none)
+    prefetch_next: bool = False  # prefetch the next column tile's B into L2 while on this one
 
     def __post_init__(self):
         if self.unroll_k < 1 or self.prefetch_b < 0:
@@ -116,12 +117,12 @@ class GemmKernelSpec:
 
 def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = MAX_MR, *,
                 positions: bool = False, outer: bool = False, unroll_k: int = 4,
-                prefetch_b: int = 0) -> GemmKernelSpec:
+                prefetch_b: int = 0, prefetch_next: bool = False) -> GemmKernelSpec:
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit."""
     for rows in range(mr, 0, -1):
         try:
             return GemmKernelSpec(path, rows, nr, s8_src, output, positions, outer, unroll_k=unroll_k,
-                                  prefetch_b=prefetch_b)
+                                  prefetch_b=prefetch_b, prefetch_next=prefetch_next)
         except ValueError:
             continue
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
@@ -197,6 +198,8 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         if spec.prefetch_b and not tail:
             for line in range(0, spec.b_group_bytes, 64):
                 asm.PREFETCHT0([rbx + spec.prefetch_b + u * spec.b_group_bytes + line])
+        if next_lines and not tail:  # rbp: tile stride + this row block's line of the group
+            asm.PREFETCHT1([rbx + rbp * 1 + u * spec.b_group_bytes])
         for i in range(rows):
             if tail:  # the row's last dword, shifted so only the K % 4 valid bytes remain
                 MOV(rbp.as_dword, [a_row(i)])
@@ -216,6 +219,12 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             else:
                 for v in range(nr):
                     emit_step(path, acc[i][v], areg, breg[v], tmp, ones)
+
+    # Next tile's B into L2: one cache line per K group, the line rotating with the row
+    # block, so a tile of B streams in from L3 over the row blocks of the tile before it.
+    group_lines = spec.b_group_bytes // 64
+    next_lines = spec.prefetch_next and group_lines & (group_lines - 1) == 0
+    row_shift = 2 + ((mr & -mr).bit_length() - 1)  # row*4 >> row_shift: odd multiple of the block index
 
     def row_block(rows: int) -> None:
         # Constants are set per block: the output stage reuses their registers.
@@ -246,6 +255,12 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             ADD(rcx, rdx)
         k_loop, k_tail, k_done = Label(), Label(), Label()
         MOV(r9, [args + off["k_groups"]])
+        if next_lines:
+            MOV(rbp, r15)
+            asm.SHR(rbp, row_shift)
+            asm.AND(rbp, group_lines - 1)
+            asm.SHL(rbp, 6)
+            ADD(rbp, [args + off["b_tile_stride"]])
 
         def advance(groups: int) -> None:
             ADD(rbx, groups * spec.b_group_bytes)

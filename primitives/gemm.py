@@ -287,6 +287,12 @@ class Gemm:
         if kernels:
             info["kernels"] = [k.name for k in kernels]
             info["tile"] = (kernels[0].mr, kernels[0].nr)
+        if self._plan_cache is not None:  # the loop nest the last execution ran
+            plan = self._plan_cache[1]
+            kspec = plan.kernel.meta["kspec"]
+            info["blocking"] = {"threads_used": len(plan.structs), "k_unroll": kspec.unroll_k,
+                                "prefetch_next_tile_b": kspec.prefetch_next,
+                                "loops": "column tiles > row blocks of mr > K groups of 4"}
         return info
 
 

@@ -103,9 +103,36 @@ def new_args(packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c0: int,
     return s
 
 
+def tuned_kernel(kernel, rows: int):
+    """``kernel``, or its variant that prefetches the next column tile of B into L2.
+
+    Measured (avx512_core_vnni, one thread): with a few dozen to a few hundred rows per
+    thread, each column tile's B comes from L3 at the first row block, and fetching it
+    during the previous tile's row blocks gains 4-10% (64x4096x4096); with fewer rows the
+    extra stream competes with B's own (M=8: -15%), with many it only costs slots.
+    """
+    from dataclasses import replace
+
+    from jit import cache
+    from jit.gemm_kernel import generate
+
+    kspec = kernel.meta["kspec"]
+    want = 8 * kspec.mr <= rows <= 48 * kspec.mr
+    if want == kspec.prefetch_next:
+        return kernel
+    tuned = replace(kspec, prefetch_next=want)
+    variant = cache.get_kernel(("gemm", tuned), lambda: generate(tuned))
+    variant.meta["kspec"] = tuned
+    return variant
+
+
 def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, out: OutputArgs,
               threads: int) -> Plan:
-    """The per-thread structs for an ``M x N x K`` product (A rows ``lda`` bytes apart)."""
+    """The per-thread structs for an ``M x N x K`` product (A rows ``lda`` bytes apart).
+
+    The kernel may be swapped for a tuned variant of it (:func:`tuned_kernel`): the
+    plan's ``kernel`` is the one that runs.
+    """
     kspec = kernel.meta["kspec"]
     dst_bytes = kspec.output.dst_bytes
     threads = 1 if M * N * K < SMALL_WORK else threads
@@ -113,6 +140,7 @@ def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, 
         chunks = [(b * packed.tile_n, min(N, e * packed.tile_n), 0, M) for b, e in split(packed.tiles, threads)]
     else:
         chunks = [(0, N, b, e) for b, e in split(M, threads, kspec.mr)]
+    kernel = tuned_kernel(kernel, max(r1 - r0 for _, _, r0, r1 in chunks))
     structs, offsets, firsts = [], [], []
     for c0, c1, r0, r1 in chunks:
         structs.append(new_args(packed, K, lda, ldc_bytes, out, c0, c1, r0, r1))
