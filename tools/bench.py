@@ -3,28 +3,34 @@
     int8jit-bench gemm                    # every shape, u8s8 and s8s8, every ISA path
     int8jit-bench gemm --quick            # a fast smoke run (short timings)
     int8jit-bench gemm --isa avx2,avx512_core_vnni --threads 1 --shapes 1024x1024x1024
-    int8jit-bench gemm --csv gemm.csv     # also save the rows
+    int8jit-bench gemm --csv gemm.csv --markdown gemm.md   # also save the rows
 
 For each problem the table shows int8jit's GOPS (2*M*N*K / s), its percentage of the
 machine's peak (the register-only loop of the path the kernel uses, from
 :func:`jit.peak.measure_peak`, times the thread count), oneDNN's GOPS on the same ISA
 path and thread count, and the ratio int8jit / oneDNN.
 
-How it measures:
+How it measures (the machine's clock and its other tenants move figures by 20-40%
+within seconds, so the two sides and the peak are measured interleaved, never one
+after the other):
 
-* Each measurement is one warm-up call, then single calls timed back to back until
-  ``--min-time`` seconds (0.2; 0.02 with ``--quick``) and at least 3 calls; the median
-  call time counts. Inputs are full-range random, B is constant: int8jit packs it once
-  at creation (a reusable ``primitives.gemm.Gemm``); oneDNN's GEMM API takes B as is
-  on every call.
-* oneDNN fixes its ISA when it loads, so its timings run in one child process per (ISA,
-  thread count), started with ``ONEDNN_MAX_CPU_ISA`` (AVX2, AVX2_VNNI, AVX512_CORE,
-  AVX512_CORE_VNNI: the path's name in upper case; the VNNI row is capped too, since on
-  a CPU with AMX oneDNN's default is AMX) and ``OMP_NUM_THREADS``; int8jit runs in this
-  process, just after, on the same data. A child that ends up on another ISA says so.
-* Policies: VNNI paths are exact, one ``exact`` row. On the VPMADDUBSW paths two rows:
-  ``faithful`` (computes what oneDNN computes there) and ``exact`` (with full-range
-  weights the proof fails and int8jit takes the widening path; its peak is that path's).
+* One child process per (ISA, thread count), started with ``ONEDNN_MAX_CPU_ISA`` (AVX2,
+  AVX2_VNNI, AVX512_CORE, AVX512_CORE_VNNI: the path's name in upper case; the VNNI row
+  is capped too, since on a CPU with AMX oneDNN's default is AMX) and
+  ``OMP_NUM_THREADS``, runs oneDNN, int8jit and the peak loops. A child whose oneDNN
+  ends up on another ISA says so.
+* Per problem: one warm-up call of each side, then rounds; each round times one window
+  (about 5 ms of back-to-back calls) of oneDNN, of every int8jit row and of the peak
+  loop of every path involved, until ``--min-time`` seconds per side (0.3; 0.03 with
+  ``--quick``) and at least 5 rounds. A figure is the best window (the least disturbed);
+  the ``noise`` column is how much slower int8jit's median window was than its best.
+* Inputs are full-range random, B is constant: int8jit packs it once at creation (a
+  reusable ``primitives.gemm.Gemm``); oneDNN's GEMM API takes B as is on every call.
+* Policies: VNNI paths are exact, one ``exact`` row. On the VPMADDUBSW paths three rows:
+  ``faithful`` (computes what oneDNN computes there), ``exact`` with full-range weights
+  (the proof fails, int8jit takes the widening path; % peak is of that path's peak) and
+  ``exact`` with weights in [-64, 64] (``B`` column ``safe``: every pair proven safe,
+  the fast VPMADDUBSW path). The oneDNN figure is the same for the three rows.
 
 Adding a primitive: write a class like :class:`GemmBench` (shapes, types, the int8jit
 and oneDNN callables) and register it in :data:`BENCHES`; the driver does the rest.
@@ -54,8 +60,12 @@ class Unavailable(RuntimeError):
 
 # ------------------------------------------------------------------ timing
 
+WINDOW_S = 0.005  # one timed window of back-to-back calls
+MIN_ROUNDS = 5
+
+
 def measure(fn, min_time: float, min_calls: int = 3, max_calls: int = 100_000) -> float:
-    """Median seconds of one ``fn()`` call after a warm-up call."""
+    """Median seconds of one ``fn()`` call after a warm-up call (one side alone)."""
     fn()
     times: list[float] = []
     start = time.perf_counter()
@@ -64,6 +74,36 @@ def measure(fn, min_time: float, min_calls: int = 3, max_calls: int = 100_000) -
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def measure_interleaved(fns: dict, min_time: float, window: float = WINDOW_S,
+                        min_rounds: int = MIN_ROUNDS) -> dict:
+    """{name: (best, median) seconds per call} of callables timed in alternating windows.
+
+    Each callable gets one warm-up call and a calibration of how many calls fill about
+    ``window`` seconds; then every round times one window of each, so every side sees
+    the same mix of quiet and disturbed moments.
+    """
+    calls = {}
+    for name, fn in fns.items():
+        t0 = time.perf_counter()
+        fn()
+        one = max(time.perf_counter() - t0, 1e-7)
+        calls[name] = max(1, min(10_000, int(window / one)))
+    per_call: dict = {name: [] for name in fns}
+    spent = 0.0
+    rounds = 0
+    while rounds < min_rounds or spent < min_time * len(fns):
+        for name, fn in fns.items():
+            n = calls[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            dt = time.perf_counter() - t0
+            spent += dt
+            per_call[name].append(dt / n)
+        rounds += 1
+    return {name: (min(v), statistics.median(v)) for name, v in per_call.items()}
 
 
 # ------------------------------------------------------------------ GEMM
@@ -75,27 +115,37 @@ class GemmBench:
     shapes = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
               (1, 4096, 4096), (64, 4096, 4096), (3136, 64, 576)]
     types = ("u8s8", "s8s8")
+    SAFE_WEIGHT = 64  # 255 * (64 + 64) = 32640 <= 32767: every pair proven safe
 
     @staticmethod
     def ops(shape) -> int:
         M, N, K = shape
         return 2 * M * N * K
 
-    @staticmethod
-    def operands(shape, kind):
-        """Full-range random A (u8 or s8) and B (s8), the same in every process."""
+    @classmethod
+    def operands(cls, shape, kind, weights: str = "full"):
+        """Random A (u8 or s8, full range) and B (s8: full range, or |w| <= 64 for
+        ``weights="safe"``), the same in every process."""
         M, N, K = shape
         rng = np.random.default_rng([M, N, K, kind == "s8s8"])
         A = rng.integers(0, 256, (M, K), dtype=np.uint8)
         if kind == "s8s8":
             A = A.view(np.int8)
-        B = rng.integers(-128, 128, (K, N), dtype=np.int16).astype(np.int8)
+        lim = 128 if weights == "full" else cls.SAFE_WEIGHT
+        B = rng.integers(-lim, lim + (0 if weights == "full" else 1), (K, N), dtype=np.int16).astype(np.int8)
         return A, B, np.zeros((M, N), np.int32)
 
+    @staticmethod
+    def rows(isa: str) -> list[tuple[str, str]]:
+        """(policy, weights) rows of int8jit per problem on ``isa``."""
+        if isa.endswith("vnni"):
+            return [("exact", "full")]
+        return [("faithful", "full"), ("exact", "full"), ("exact", "safe")]
+
     @classmethod
-    def int8jit_callable(cls, shape, kind, isa, threads, policy):
+    def int8jit_callable(cls, shape, kind, isa, threads, policy, weights="full"):
         """(one-call callable, impl_info) for int8jit on a reusable primitive."""
-        A, B, C = cls.operands(shape, kind)
+        A, B, C = cls.operands(shape, kind, weights)
         return int8jit_gemm_callable(kind, *shape, isa, threads, policy, A, B, C)
 
     @classmethod
@@ -161,65 +211,99 @@ def supported_isas() -> list[str]:
         return [isa for isa in LADDER if all(f in flags for f in REQUIRES[isa])]
 
 
-_peaks: dict = {}
+def peak_callable(isa: str, path: str | None):
+    """(callable running the register-only loop of ``path`` on ``isa``, ops per call)."""
+    from jit.dot import path_for
+    from jit.peak import ops_per_iteration, peak_kernel
+    from runtime.isa import cpu_supports
+
+    if not cpu_supports(isa):
+        raise RuntimeError(f"this CPU cannot execute {isa}")
+    fn = peak_kernel(isa, path).function
+    iterations = 2000
+    ops = iterations * ops_per_iteration(path_for(isa, path))
+    return (lambda: fn(iterations)), ops
 
 
-def peak_gops(isa: str, path: str | None):
-    """Single-core GOPS of the register-only loop of ``path`` on ``isa`` (None if n/a)."""
-    key = (isa, path)
-    if key not in _peaks:
-        try:
-            from jit.peak import measure_peak
+# ------------------------------------------------------------------ the child
 
-            _peaks[key] = measure_peak(isa, path)
-        except Exception as exc:  # not built yet, or this CPU lacks the path
-            print(f"  (peak of {isa}/{path} unavailable: {exc})", file=sys.stderr)
-            _peaks[key] = None
-    return _peaks[key]
+def _worker(spec_json: str) -> None:
+    """Child side: per problem, oneDNN, every int8jit row and the peaks, interleaved.
 
-
-# ------------------------------------------------------------------ oneDNN children
-
-def onednn_times(bench, isa: str, threads: int, problems, min_time: float) -> dict:
-    """{(shape, kind): GOPS or error text} from a child capped at ``isa``."""
-    from tools import onednn
-
-    ok, why = onednn.available()
-    if not ok:
-        return {"_error": f"oneDNN unavailable: {why}"}
-    spec = {"bench": bench.name, "min_time": min_time,
-            "problems": [[list(shape), kind] for shape, kind in problems]}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tools.bench", "_onednn-worker", json.dumps(spec)],
-        env=onednn.child_env(isa, threads), cwd=REPO_ROOT, capture_output=True, text=True,
-    )
-    if proc.returncode != 0:
-        return {"_error": f"oneDNN child failed ({proc.returncode}): {proc.stderr.strip()[-300:]}"}
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    result = {(tuple(s), k): v for s, k, v in out["results"]}
-    if out["isa"] != isa:
-        result["_note"] = f"oneDNN ran {out['isa']}"
-    return result
-
-
-def _onednn_worker(spec_json: str) -> None:
-    """Child side: time each problem with oneDNN, print one JSON line, exit hard."""
-    from tools import onednn
-
+    Prints one JSON line per problem as it finishes, then exits hard.
+    """
     spec = json.loads(spec_json)
     bench = BENCHES[spec["bench"]]
-    results = []
+    isa, threads, min_time = spec["isa"], spec["threads"], spec["min_time"]
+    onednn_ok, onednn_why, onednn_isa = False, "not tried", None
+    try:
+        from tools import onednn
+
+        onednn_ok, onednn_why = onednn.available()
+        if onednn_ok:
+            onednn_isa = onednn.effective_isa()
+    except Exception as exc:  # noqa: BLE001 - report any failure to load the peer
+        onednn_why = f"{type(exc).__name__}: {exc}"
     for shape, kind in spec["problems"]:
         shape = tuple(shape)
-        try:
-            seconds = measure(bench.onednn_callable(shape, kind), spec["min_time"])
-            results.append([shape, kind, bench.ops(shape) / seconds / 1e9])
-        except Exception as exc:
-            results.append([shape, kind, f"error: {exc}"])
-    print(json.dumps({"isa": onednn.effective_isa(), "version": onednn.version(),
-                      "threads": onednn.max_threads(), "results": results}))
+        out = {"shape": shape, "kind": kind, "onednn": None, "onednn_isa": onednn_isa, "rows": []}
+        fns, ops = {}, {}
+        if onednn_ok:
+            try:
+                fns["onednn"], ops["onednn"] = bench.onednn_callable(shape, kind), bench.ops(shape)
+            except Exception as exc:  # noqa: BLE001
+                out["onednn"] = f"error: {exc}"
+        else:
+            out["onednn"] = f"unavailable: {onednn_why}"
+        for policy, weights in bench.rows(isa):
+            row = {"policy": policy, "weights": weights, "path": "", "gops": None, "error": None}
+            try:
+                name = f"int8jit/{policy}/{weights}"
+                fn, info = bench.int8jit_callable(shape, kind, isa, threads, policy, weights)
+                fns[name], ops[name] = fn, bench.ops(shape)
+                row.update(name=name, path=info.get("path", ""), isa_ran=info.get("isa", isa),
+                           kernel=(info.get("kernels") or [""])[0])
+                peak_name = f"peak/{row['path']}"
+                if peak_name not in fns:
+                    try:
+                        fns[peak_name], ops[peak_name] = peak_callable(row["isa_ran"], row["path"] or None)
+                    except Exception as exc:  # noqa: BLE001
+                        row["peak_error"] = str(exc)
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            out["rows"].append(row)
+        times = measure_interleaved(fns, min_time) if fns else {}
+        gops = {name: (ops[name] / best / 1e9, ops[name] / median / 1e9) for name, (best, median) in times.items()}
+        if "onednn" in gops:
+            out["onednn"] = gops["onednn"][0]
+        for row in out["rows"]:
+            if row.get("name") in gops:
+                row["gops"], row["gops_median"] = gops[row["name"]]
+                row["peak"] = gops.get(f"peak/{row['path']}", (None,))[0]
+        print(json.dumps(out), flush=True)
     sys.stdout.flush()
     os._exit(0)  # no interpreter teardown under OpenMP's idle threads
+
+
+def child_results(bench, isa: str, threads: int, problems, min_time: float):
+    """Yield the child's result per problem (dicts; one {"_error": ...} if it failed)."""
+    from tools import onednn
+
+    spec = {"bench": bench.name, "isa": isa, "threads": threads, "min_time": min_time,
+            "problems": [[list(shape), kind] for shape, kind in problems]}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tools.bench", "_worker", json.dumps(spec)],
+        env=onednn.child_env(isa, threads), cwd=REPO_ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    got = 0
+    for line in proc.stdout:
+        if line.startswith("{"):
+            got += 1
+            yield json.loads(line)
+    err = proc.stderr.read()
+    if proc.wait() != 0 or got < len(problems):
+        yield {"_error": f"child for {isa} x{threads} failed ({proc.returncode}): {err.strip()[-300:]}"}
 
 
 # ------------------------------------------------------------------ the table
@@ -232,10 +316,12 @@ class Row:
     isa: str
     threads: int
     policy: str
+    weights: str = "full"
     path: str = ""
     int8jit_gops: float | None = None
     peak_gops: float | None = None
     onednn_gops: float | None = None
+    noise: float | None = None  # int8jit's median window vs its best, as a fraction
     notes: list = field(default_factory=list)
 
     @property
@@ -251,41 +337,59 @@ class Row:
         return self.int8jit_gops / self.onednn_gops
 
 
-COLUMNS = [("shape", 16), ("type", 5), ("ISA", 16), ("thr", 3), ("policy", 8), ("path", 8),
-           ("int8jit", 8), ("% peak", 7), ("oneDNN", 8), ("ratio", 6), ("note", 0)]
+COLUMNS = [("shape", 16), ("type", 5), ("ISA", 16), ("thr", 3), ("policy", 8), ("B", 4), ("path", 8),
+           ("int8jit", 8), ("% peak", 7), ("oneDNN", 8), ("ratio", 6), ("noise", 6), ("note", 0)]
+LEFT = ("shape", "type", "ISA", "policy", "B", "path", "note")
 
 
 def _fmt(value, spec):
     return "n/a" if value is None else format(value, spec)
 
 
+def _cells(row: Row) -> list[str]:
+    M, N, K = row.shape
+    return [f"{M}x{N}x{K}", row.kind, row.isa, str(row.threads), row.policy, row.weights, row.path,
+            _fmt(row.int8jit_gops, ".1f"), _fmt(row.pct_peak, ".0f"),
+            _fmt(row.onednn_gops, ".1f"), _fmt(row.ratio, ".2f"),
+            "n/a" if row.noise is None else f"{100 * row.noise:.0f}%", "; ".join(row.notes)]
+
+
 def print_header():
-    print("  ".join(name.rjust(w) if w and name not in ("shape", "type", "ISA", "policy", "path")
-                    else name.ljust(w) for name, w in COLUMNS).rstrip())
+    print("  ".join(name.ljust(w) if name in LEFT else name.rjust(w) for name, w in COLUMNS).rstrip())
 
 
 def print_row(row: Row):
-    M, N, K = row.shape
-    cells = [f"{M}x{N}x{K}", row.kind, row.isa, str(row.threads), row.policy, row.path,
-             _fmt(row.int8jit_gops, ".1f"), _fmt(row.pct_peak, ".0f"),
-             _fmt(row.onednn_gops, ".1f"), _fmt(row.ratio, ".2f"), "; ".join(row.notes)]
     out = []
-    for (name, w), cell in zip(COLUMNS, cells):
-        left = name in ("shape", "type", "ISA", "policy", "path", "note")
-        out.append(cell.ljust(w) if left else cell.rjust(w))
+    for (name, w), cell in zip(COLUMNS, _cells(row)):
+        out.append(cell.ljust(w) if name in LEFT else cell.rjust(w))
     print("  ".join(out).rstrip(), flush=True)
 
 
 def write_csv(path: str, rows: list[Row]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["bench", "M", "N", "K", "type", "isa", "threads", "policy", "path",
-                    "int8jit_gops", "peak_gops_per_core", "pct_peak", "onednn_gops", "ratio", "note"])
+        w.writerow(["bench", "M", "N", "K", "type", "isa", "threads", "policy", "weights", "path",
+                    "int8jit_gops", "peak_gops_per_core", "pct_peak", "onednn_gops", "ratio", "noise", "note"])
         for r in rows:
             numbers = [None if x is None else round(x, 3)
-                       for x in (r.int8jit_gops, r.peak_gops, r.pct_peak, r.onednn_gops, r.ratio)]
-            w.writerow([r.bench, *r.shape, r.kind, r.isa, r.threads, r.policy, r.path,
+                       for x in (r.int8jit_gops, r.peak_gops, r.pct_peak, r.onednn_gops, r.ratio, r.noise)]
+            w.writerow([r.bench, *r.shape, r.kind, r.isa, r.threads, r.policy, r.weights, r.path,
                         *numbers, "; ".join(r.notes)])
+
+
+def markdown_table(rows: list[Row], preamble: str = "") -> str:
+    """The rows as a GitHub markdown table (what the README shows)."""
+    names = ["shape (MxNxK)", "type", "ISA path", "threads", "policy", "B", "kernel path",
+             "int8jit GOPS", "% of peak", "oneDNN GOPS", "int8jit / oneDNN", "noise", "note"]
+    lines = [preamble] if preamble else []
+    lines.append("| " + " | ".join(names) + " |")
+    lines.append("|" + "|".join(" --- " if n in ("shape (MxNxK)", "type", "ISA path", "policy", "B", "kernel path",
+                                                  "note") else " ---: " for n in names) + "|")
+    for r in rows:
+        cells = _cells(r)
+        cells[8] = cells[8] + "%" if cells[8] != "n/a" else cells[8]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------ driver
@@ -307,63 +411,69 @@ def _parse_shape(text):
     return (M, N, K)
 
 
-def run_bench(bench, args) -> list[Row]:
+def run_bench(bench, args) -> tuple[list[Row], str]:
     cores = os.cpu_count() or 1
     threads = _parse_list(args.threads, convert=int) if args.threads else sorted({1, cores})
     isas = _parse_list(args.isa, LADDER, what="ISA") if args.isa else supported_isas()
     shapes = [_parse_shape(s) for s in args.shapes.split(",")] if args.shapes else bench.shapes
     kinds = _parse_list(args.types, bench.types, what="type") if args.types else list(bench.types)
     wanted = _parse_list(args.policy, ("exact", "faithful"), what="policy") if args.policy else None
-    min_time = args.min_time if args.min_time is not None else (0.02 if args.quick else 0.2)
+    min_time = args.min_time if args.min_time is not None else (0.03 if args.quick else 0.3)
     problems = [(shape, kind) for shape in shapes for kind in kinds]
 
     from tools import onednn
 
     ok, why = onednn.available()
-    print(f"machine: {cpu_brand()}, {cores} cores; ISA paths here: {', '.join(supported_isas())}; "
-          f"load average {os.getloadavg()[0]:.2f} (other work on the cores skews the figures)")
-    print(f"oneDNN:  {onednn.version() + ' from ' + str(onednn.library_path()) if ok else why}")
-    print(f"timing:  median of calls over >= {min_time:g} s after a warm-up; GOPS = 2*M*N*K/s; "
-          f"% peak = int8jit / (path's register-only peak per core x threads)")
+    lines = [
+        f"machine: {cpu_brand()}, {cores} cores; ISA paths here: {', '.join(supported_isas())}; "
+        f"load average {os.getloadavg()[0]:.2f} at the start (other work on the cores skews the figures)",
+        f"oneDNN:  {onednn.version() + ' from ' + str(onednn.library_path()) if ok else why}",
+        f"timing:  oneDNN, int8jit and the peak loop in alternating ~{1000 * WINDOW_S:g} ms windows, "
+        f">= {min_time:g} s each, best window; GOPS = 2*M*N*K/s; % peak = int8jit / (path's "
+        "register-only peak per core, measured alongside, x threads); noise = int8jit's median "
+        "window vs its best",
+    ]
+    for line in lines:
+        print(line)
     print()
     print_header()
     rows: list[Row] = []
     for isa in isas:
-        vnni = isa.endswith("vnni")
-        policies = [p for p in (["exact"] if vnni else ["faithful", "exact"])
-                    if wanted is None or p in wanted]
         for nthreads in threads:
-            peer = onednn_times(bench, isa, nthreads, problems, min_time)
-            for shape, kind in problems:
-                for policy in policies:
-                    row = Row(bench.name, shape, kind, isa, nthreads, policy)
-                    got = peer.get((shape, kind), peer.get("_error", "no result"))
+            for result in child_results(bench, isa, nthreads, problems, min_time):
+                if "_error" in result:
+                    print(f"  {isa} x{nthreads}: {result['_error']}", flush=True)
+                    continue
+                shape, kind = tuple(result["shape"]), result["kind"]
+                for r in result["rows"]:
+                    if wanted is not None and r["policy"] not in wanted:
+                        continue
+                    row = Row(bench.name, shape, kind, isa, nthreads, r["policy"], r["weights"], r["path"])
+                    got = result["onednn"]
                     if isinstance(got, float):
                         row.onednn_gops = got
                     else:
                         row.notes.append(f"oneDNN: {got}")
-                    if "_note" in peer:
-                        row.notes.append(peer["_note"])
-                    try:
-                        call, info = bench.int8jit_callable(shape, kind, isa, nthreads, policy)
-                        row.path = info.get("path", "")
-                        if info.get("isa", isa) != isa:
-                            row.notes.append(f"int8jit ran {info['isa']}")
-                        row.int8jit_gops = bench.ops(shape) / measure(call, min_time) / 1e9
-                        row.peak_gops = peak_gops(info.get("isa", isa), row.path or None)
-                    except Unavailable as exc:
-                        row.notes.append(str(exc))
-                    except Exception as exc:
-                        row.notes.append(f"int8jit error: {type(exc).__name__}: {exc}")
+                    if result.get("onednn_isa") not in (None, isa):
+                        row.notes.append(f"oneDNN ran {result['onednn_isa']}")
+                    if r.get("error"):
+                        row.notes.append(f"int8jit error: {r['error']}")
+                    if r.get("isa_ran", isa) != isa:
+                        row.notes.append(f"int8jit ran {r['isa_ran']}")
+                    row.int8jit_gops, row.peak_gops = r.get("gops"), r.get("peak")
+                    if r.get("gops") and r.get("gops_median"):
+                        row.noise = r["gops"] / r["gops_median"] - 1.0
+                    if r.get("peak_error"):
+                        row.notes.append(f"peak: {r['peak_error']}")
                     print_row(row)
                     rows.append(row)
-    return rows
+    return rows, "\n".join(lines)
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["_onednn-worker"]:
-        _onednn_worker(argv[1])
+    if argv[:1] == ["_worker"]:
+        _worker(argv[1])
         return 0
     if argv[:1] and hasattr(BENCHES.get(argv[0]), "main"):  # matmul, ip, conv, pool: their own drivers
         return BENCHES[argv[0]].main(argv[1:])
@@ -377,14 +487,20 @@ def main(argv=None) -> int:
         p.add_argument("--shapes", help="comma-separated MxNxK (default: the issue's list)")
         p.add_argument("--types", help=f"comma-separated types ({', '.join(bench.types)})")
         p.add_argument("--policy", help="only these int8jit policies (exact, faithful)")
-        p.add_argument("--min-time", type=float, help="seconds of timed calls per measurement")
+        p.add_argument("--min-time", type=float, help="seconds of timed windows per side and problem")
         p.add_argument("--quick", action="store_true", help="short timings (a smoke run)")
         p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
+        p.add_argument("--markdown", metavar="FILE", help="also write the rows as a markdown table")
     args = ap.parse_args(argv)
-    rows = run_bench(BENCHES[args.bench], args)
+    command = "int8jit-bench " + " ".join(argv)
+    rows, preamble = run_bench(BENCHES[args.bench], args)
     if args.csv:
         write_csv(args.csv, rows)
         print(f"\nwrote {len(rows)} rows to {args.csv}")
+    if args.markdown:
+        text = "`" + command + "`\n\n" + "\n".join(f"- {line}" for line in preamble.splitlines()) + "\n\n"
+        Path(args.markdown).write_text(text + markdown_table(rows))
+        print(f"wrote {len(rows)} rows to {args.markdown}")
     return 0
 
 

@@ -1,0 +1,48 @@
+"""int8jit-bench: the interleaved timer, the markdown table and one quick end-to-end run."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tools import bench
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_measure_interleaved_times_every_side():
+    calls = {"a": 0, "b": 0}
+
+    def a():
+        calls["a"] += 1
+
+    def b():
+        calls["b"] += 1
+
+    out = bench.measure_interleaved({"a": a, "b": b}, min_time=0.0, window=1e-4, min_rounds=3)
+    assert set(out) == {"a", "b"}
+    for best, median in out.values():
+        assert 0 < best <= median
+    assert calls["a"] > 3 and calls["b"] > 3
+
+
+def test_markdown_table_has_a_row_per_result():
+    row = bench.Row("gemm", (2, 3, 4), "u8s8", "avx2", 1, "exact", "full", "widen",
+                    int8jit_gops=10.0, peak_gops=20.0, onednn_gops=5.0, noise=0.05)
+    text = bench.markdown_table([row, row])
+    lines = text.strip().splitlines()
+    assert len(lines) == 4 and lines[0].startswith("| shape")
+    assert "| 2x3x4 | u8s8 | avx2 | 1 | exact | full | widen | 10.0 | 50% | 5.0 | 2.00 | 5% |" in lines[2]
+
+
+def test_quick_run_writes_markdown(tmp_path):
+    md = tmp_path / "gemm.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "gemm", "--quick", "--min-time", "0.005", "--shapes", "8x16x32",
+         "--types", "u8s8", "--threads", "1", "--markdown", str(md)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    table = md.read_text()
+    assert "| 8x16x32 | u8s8 |" in table
+    assert "int8jit error" not in table
