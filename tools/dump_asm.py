@@ -132,7 +132,9 @@ def _gemm(args, isa: str):
         g = Gemm(M, N, K, a_type=args.a_type, B=b, policy=args.policy, isa=isa)
         g.execute(a, np.zeros((M, N), np.int32))
         info = g.impl_info()
-        kernels = list(g._kernels.values())
+        # The kernel the execution ran: the plan may take a tuned variant of the decision's
+        # kernel (next-tile prefetch, s8 A shifted once per call), see impl_info's blocking.
+        kernels = [g._plan_cache.kernel] if g._plan_cache is not None else list(g._kernels.values())
         header = ["impl_info:"] + [f"  {key}: {value}" for key, value in info.items()]
         return header, kernels
     return _gemm_generated(args, isa, b)
