@@ -481,6 +481,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="bench", required=True, metavar="{" + ",".join(BENCHES) + "}")
     for name, bench in BENCHES.items():
         p = sub.add_parser(name, help=bench.__doc__.split("\n")[0])
+        if hasattr(bench, "main"):
+            continue
         p.add_argument("--isa", help=f"comma-separated ISA paths ({', '.join(LADDER)}); "
                                      "default: every path this CPU executes")
         p.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")

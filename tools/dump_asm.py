@@ -134,7 +134,7 @@ def _gemm(args, isa: str):
         info = g.impl_info()
         # The kernel the execution ran: the plan may take a tuned variant of the decision's
         # kernel (next-tile prefetch, s8 A shifted once per call), see impl_info's blocking.
-        kernels = [g._plan_cache.kernel] if g._plan_cache is not None else list(g._kernels.values())
+        kernels = [g._plan_cache[1].kernel] if g._plan_cache is not None else list(g._kernels.values())
         header = ["impl_info:"] + [f"  {key}: {value}" for key, value in info.items()]
         return header, kernels
     return _gemm_generated(args, isa, b)
