@@ -10,6 +10,8 @@ rows and column tiles, with the whole loop nest inside the generated code::
           [for each position p (A rows offset by pos_off[p]; B runs on):]
             for each group of 4 K values:          B tile in registers, A broadcast
                 acc[i][v] += dot(A[i, k:k+4], B[k:k+4, tile v])
+                (unrolled by ``unroll_k`` groups; with ``prefetch_next`` one line of
+                the next tile's B per group goes to L2, the line rotating per row block)
             last group when K % 4 != 0:          A read as the row's last dword, shifted
             output stage (jit.output): compensation, scales, bias, post-ops, masked store
 
@@ -65,12 +67,11 @@ class GemmKernelSpec:
     positions: bool = False  # batch-reduce: sum over positions, A offset per position (convolution)
     outer: bool = False  # an outer loop over blocks of m rows with their own A/dst strides
     unroll_k: int = 1  # K groups per iteration of the K loop
-    prefetch_b: int = 0  # bytes ahead of the B cursor to prefetch into L1 (0: none)
     prefetch_next: bool = False  # prefetch the next column tile's B into L2 while on this one
 
     def __post_init__(self):
-        if self.unroll_k < 1 or self.prefetch_b < 0:
-            raise ValueError(f"unroll_k >= 1 and prefetch_b >= 0, got {self.unroll_k}, {self.prefetch_b}")
+        if self.unroll_k < 1:
+            raise ValueError(f"unroll_k: expected >= 1, got {self.unroll_k}")
         if not 1 <= self.mr <= MAX_MR:
             raise ValueError(f"mr: expected 1..{MAX_MR}, got {self.mr}")
         if self.nr < 1 or self.nr > 7:
@@ -117,12 +118,12 @@ class GemmKernelSpec:
 
 def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = MAX_MR, *,
                 positions: bool = False, outer: bool = False, unroll_k: int = 4,
-                prefetch_b: int = 0, prefetch_next: bool = False) -> GemmKernelSpec:
+                prefetch_next: bool = False) -> GemmKernelSpec:
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit."""
     for rows in range(mr, 0, -1):
         try:
             return GemmKernelSpec(path, rows, nr, s8_src, output, positions, outer, unroll_k=unroll_k,
-                                  prefetch_b=prefetch_b, prefetch_next=prefetch_next)
+                                  prefetch_next=prefetch_next)
         except ValueError:
             continue
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
@@ -195,9 +196,6 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         # u: which group of an unrolled iteration (B and A displacements, no pointer bumps)
         for j, b in enumerate(breg):
             vload(b, [rbx + u * spec.b_group_bytes + j * vb])
-        if spec.prefetch_b and not tail:
-            for line in range(0, spec.b_group_bytes, 64):
-                asm.PREFETCHT0([rbx + spec.prefetch_b + u * spec.b_group_bytes + line])
         if next_lines and not tail:  # rbp: tile stride + this row block's line of the group
             asm.PREFETCHT1([rbx + rbp * 1 + u * spec.b_group_bytes])
         for i in range(rows):
