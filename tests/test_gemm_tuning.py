@@ -1,0 +1,72 @@
+"""The GEMM's speed choices change nothing in the result: each variant, bit for bit.
+
+* K loop unrolled by 4 groups: K of 1..3, one group, 4 groups, 4n + 1..3 (whole and
+  partial unrolled iterations, the single-group loop, the tail group).
+* Next-tile B prefetch (8..48 row blocks per thread and several column tiles, so the
+  last tile prefetches past the end of packed B, which must not fault or matter).
+* s8 A shifted to u8 once per call (4+ column tiles): rows with gaps (lda > K), a 1-D
+  A, transposed A, K < 4, offsets, and the buffer reused across calls.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primitives import reference
+from primitives.gemm import Gemm, _SHIFT_A_TILES
+from tests.conftest import faithful_model, isa_params
+
+
+def _run(isa, policy, a_type, M, N, K, *, transa="N", lda_extra=0, flat=False, ao=0, bo=0, threads=1, calls=2,
+         alpha=1.0, beta=0.0, seed=0):
+    rng = np.random.default_rng([M, N, K, seed])
+    lo, hi, dt = (0, 256, np.uint8) if a_type == "u8" else (-128, 128, np.int8)
+    rows, cols = (M, K) if transa == "N" else (K, M)
+    lda = cols + lda_extra
+    A = rng.integers(lo, hi, (rows, lda)).astype(dt)
+    B = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    C0 = rng.integers(-1000, 1000, (M, N)).astype(np.int32)
+    A_in = A.reshape(-1)[: (rows - 1) * lda + cols].copy() if flat else A
+    g = Gemm(M, N, K, a_type=a_type, transa=transa, lda=lda, B=B, policy=policy, isa=isa, threads=threads,
+             alpha=alpha, beta=beta)
+    for _ in range(calls):  # the second call reuses the plan (and the shift buffer)
+        C = C0.copy()
+        g.execute(A_in, C, ao=ao, bo=bo)
+        want = reference.gemm(transa, "N", "F", M, N, K, alpha, A, lda, ao, B, N, bo, beta, C0.copy(), N,
+                              np.zeros(1, np.int32), faithful=faithful_model(policy, isa))
+        np.testing.assert_array_equal(C, want)
+    return g.impl_info()
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("K", [1, 3, 4, 12, 16, 17, 19, 30, 64, 67])
+def test_k_unroll_and_tails(isa, K):
+    _run(isa, "exact", "u8", 13, 40, K)
+    _run(isa, "faithful", "s8", 7, 300, K, ao=-5, bo=3)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("M", [48, 100, 190])  # 8..48 row blocks for mr 4..6
+def test_next_tile_prefetch(isa, M):
+    info = _run(isa, "exact", "u8", M, 150, 40, ao=7, bo=-2)
+    assert info["blocking"]["prefetch_next_tile_b"]
+    info = _run(isa, "exact", "s8", M, 150, 21, threads=2, alpha=0.5, beta=1.5)
+    assert info["blocking"]["prefetch_next_tile_b"]
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("case", [
+    dict(), dict(lda_extra=5), dict(flat=True, lda_extra=3), dict(transa="T"), dict(transa="T", lda_extra=2),
+    dict(K=2), dict(ao=-128, bo=127), dict(threads=2), dict(policy="faithful"), dict(K=2, flat=True, lda_extra=1),
+])
+def test_s8_shift_once(isa, case):
+    args = dict(M=37, N=64 * _SHIFT_A_TILES + 5, K=45, policy="exact")
+    args.update(case)
+    info = _run(isa, args.pop("policy"), "s8", args.pop("M"), args.pop("N"), args.pop("K"), **args)
+    assert info["blocking"]["s8_a_shifted_once_per_call"]
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_s8_few_tiles_keeps_the_in_kernel_shift(isa):
+    info = _run(isa, "exact", "s8", 20, 10, 33)
+    assert not info["blocking"]["s8_a_shifted_once_per_call"]
