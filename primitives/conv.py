@@ -58,6 +58,7 @@ from runtime.threads import resolve_threads, run_chunks, split
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 POLICIES = ("exact", "faithful", "halve_weights")
+_ONE = np.ones(1, np.float32)
 
 
 def _tuple(name: str, value, n: int, lo: int) -> tuple:
@@ -370,6 +371,7 @@ class _Convolution(Primitive):
         self._plans: dict = {}
         self._kernels: dict = {}
         self._filled: dict = {}  # padded-source buffer address -> the zero point its borders hold
+        self._written: dict = {}  # scratchpad address -> what its per-column vectors hold
 
     def impl_info(self) -> dict:
         """The descriptor's choice, plus the kernels executions actually ran: on a non-VNNI
@@ -429,24 +431,41 @@ class _Convolution(Primitive):
                 c.reshape((g.n,) + tuple(dst.desc.dims[2:]) + (OC,))[...] = np.moveaxis(dst.logical(), 1, -1)
         else:
             c = dst.array
-        # Per-column values of this call, per group, into the scratchpad the plans point at.
-        s_src = mem[scales(SRC)].array[0] if scales(SRC) in mem else np.float32(1)
-        if pd.halve:
-            s_src = np.float32(s_src) * np.float32(2)
+        # Per-column values of this call, per group, into the scratchpad the plans point at;
+        # rewritten only when they change (a network calls a layer with the same ones).
+        last = self._written.setdefault(sp.ctypes.data, {})
+
+        def put(name, key, compute):
+            if key is None or last.get(name) != key:
+                compute()
+                last[name] = key
+        s_src = mem[scales(SRC)].array if scales(SRC) in mem else _ONE
         if pd._scale_kind != "none":
-            w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else np.ones(1, np.float32)
-            # One scale, one per output channel, or (grouped weights, mask 1) one per group.
-            w = np.repeat(w.astype(np.float32), OC // w.size)
-            full = np.float32(s_src) * w
-            scale[:, :g.ocg] = full.reshape(G, g.ocg)
+            w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else _ONE
+
+            def put_scale():  # one scale, one per output channel, or (mask 1 on groups) one per group
+                full = s_src[0] * np.repeat(w, OC // w.size) * np.float32(2 if pd.halve else 1)
+                scale[:, :g.ocg] = full.reshape(G, g.ocg)
+            put("scale", (s_src.tobytes(), w.tobytes()), put_scale)
         if BIAS in mem:
-            bias[:, :g.ocg] = mem[BIAS].array.reshape(G, g.ocg).astype(np.float32)
+            b = mem[BIAS].array
+
+            def put_bias():
+                bias[:, :g.ocg] = b.reshape(G, g.ocg)
+            put("bias", b.tobytes(), put_bias)
         if zero_points(DST) in mem:
-            z = mem[zero_points(DST)].array.astype(np.float32)
-            dzp[:, :g.ocg] = z.reshape(G, g.ocg) if z.size > 1 else z[0]
+            z = mem[zero_points(DST)].array
+
+            def put_zp():
+                dzp[:, :g.ocg] = z.reshape(G, g.ocg) if z.size > 1 else z[0]
+            put("dst_zp", z.tobytes(), put_zp)
         ao = zp_src + (128 if pd.src_s8 else 0)
-        for grp, (packed, _) in enumerate(packs):
-            comp[grp] = (-ao * packed.colsum[:pd._ocgp]).astype(np.uint32).view(np.int32)
+
+        def put_comp():
+            for grp, (packed, _) in enumerate(packs):
+                comp[grp] = (-ao * packed.colsum[:pd._ocgp]).astype(np.uint32).view(np.int32)
+        # Weights packed at this call are new objects (an id may repeat): always recompute.
+        put("comp", (tuple(id(p) for p, _ in packs), ao) if wmem.desc.is_packed else None, put_comp)
         binaries = []
         for i, kind in pd._binary:
             v = mem[post_op_src1(i)]

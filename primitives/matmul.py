@@ -317,7 +317,7 @@ class _GemmBasedPrimitive(Primitive):
     @staticmethod
     def _fill(views: dict, name: str, key, compute) -> None:
         """Write a per-column vector unless this scratchpad already holds it for ``key``."""
-        if views["last"].get(name) != key:
+        if key is None or views["last"].get(name) != key:
             compute(views[name])
             views["last"][name] = key
 
@@ -359,7 +359,8 @@ class _GemmBasedPrimitive(Primitive):
 
             def comp(out):  # -ao * column sums, wrapping as int32
                 out[:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
-            self._fill(views, "col_comp", (id(packed), ao), comp)
+            # Weights packed at this call are new objects (an id may repeat): always recompute.
+            self._fill(views, "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else None, comp)
             a, lda = a_all[b], K
             if K < 4:  # the kernel reads whole dwords of A: pad K to 4 in the scratchpad
                 a4 = views["a4"][: 4 * rows].reshape(rows, 4)
