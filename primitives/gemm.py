@@ -178,7 +178,7 @@ class Gemm:
         self._last_packed: PackedB | None = None  # B given at execution: what the last call decided
         self._last_choice: Choice | None = None
         self._comps_cache: _Comps | None = None
-        self._plan_cache: _Plan | None = None
+        self._plan_cache: tuple | None = None  # (key, plan, comps, shifted A buffer)
 
     # -- creation-time decisions -------------------------------------------------------
     def _pack(self, B: np.ndarray) -> tuple[PackedB, Choice]:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from primitives import reference
 from primitives.gemm import Gemm, gemm, gemm_s8s8s32, gemm_u8s8s32
 from runtime import isa as isa_mod
-from tests.conftest import executable_isas, faithful_model, isa_params
+from tests.conftest import faithful_model, isa_params
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("exact", "faithful")
