@@ -48,7 +48,7 @@ from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, 
 from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.gemm import Choice, decide
-from primitives.gemm_driver import Operand, OutputArgs, new_args
+from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, new_args, refresh
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
 from primitives.reference import dst_scale_inverse
@@ -365,25 +365,12 @@ def _broadcast(src1: MemoryDesc, dst: MemoryDesc, index: int) -> str:
                      "value, one per output channel, or a full operand")
 
 
-class _Convolution(Primitive):
+class _Convolution(GemmKernels, Primitive):
     def __init__(self, pd: ConvolutionDesc):
         super().__init__(pd)
         self._plans: dict = {}
-        self._kernels: dict = {}
         self._filled: dict = {}  # padded-source buffer address -> the zero point its borders hold
         self._written: dict = {}  # scratchpad address -> what its per-column vectors hold
-
-    def impl_info(self) -> dict:
-        """The descriptor's choice, plus the kernels executions actually ran: on a non-VNNI
-        ISA the exact policy picks the fast or the widening kernel once the weights are known."""
-        ran = [k.meta["kspec"].name for k in self._kernels.values()]
-        return dict(self.pd.impl_info(), **({"kernels_run": ran} if ran else {}))
-
-    def _kernel(self, choice: Choice):
-        key = (choice.path, choice.nr)
-        if key not in self._kernels:
-            self._kernels[key] = self.pd._kernel_for(choice)
-        return self._kernels[key]
 
     def _execute(self, mem: dict, scratchpad) -> None:
         pd, g = self.pd, self.pd.geometry
@@ -433,12 +420,7 @@ class _Convolution(Primitive):
             c = dst.array
         # Per-column values of this call, per group, into the scratchpad the plans point at;
         # rewritten only when they change (a network calls a layer with the same ones).
-        last = self._written.setdefault(sp.ctypes.data, {})
-
-        def put(name, key, compute):
-            if key is None or last.get(name) != key:
-                compute()
-                last[name] = key
+        written = self._written.setdefault(sp.ctypes.data, {})
         s_src = mem[scales(SRC)].array if scales(SRC) in mem else _ONE
         if pd._scale_kind != "none":
             w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else _ONE
@@ -446,26 +428,26 @@ class _Convolution(Primitive):
             def put_scale():  # one scale, one per output channel, or (mask 1 on groups) one per group
                 full = s_src[0] * np.repeat(w, OC // w.size) * np.float32(2 if pd.halve else 1)
                 scale[:, :g.ocg] = full.reshape(G, g.ocg)
-            put("scale", (s_src.tobytes(), w.tobytes()), put_scale)
+            refresh(written, "scale", (s_src.tobytes(), w.tobytes()), put_scale)
         if BIAS in mem:
             b = mem[BIAS].array
 
             def put_bias():
                 bias[:, :g.ocg] = b.reshape(G, g.ocg)
-            put("bias", b.tobytes(), put_bias)
+            refresh(written, "bias", b.tobytes(), put_bias)
         if zero_points(DST) in mem:
             z = mem[zero_points(DST)].array
 
             def put_zp():
                 dzp[:, :g.ocg] = z.reshape(G, g.ocg) if z.size > 1 else z[0]
-            put("dst_zp", z.tobytes(), put_zp)
+            refresh(written, "dst_zp", z.tobytes(), put_zp)
         ao = zp_src + (128 if pd.src_s8 else 0)
 
         def put_comp():
             for grp, (packed, _) in enumerate(packs):
                 comp[grp] = (-ao * packed.colsum[:pd._ocgp]).astype(np.uint32).view(np.int32)
         # Weights packed at this call are new objects (an id may repeat): always recompute.
-        put("comp", (tuple(id(p) for p, _ in packs), ao) if wmem.desc.is_packed else None, put_comp)
+        refresh(written, "comp", (tuple(id(p) for p, _ in packs), ao) if wmem.desc.is_packed else None, put_comp)
         binaries = []
         for i, kind in pd._binary:
             v = mem[post_op_src1(i)]

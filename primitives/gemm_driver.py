@@ -157,3 +157,30 @@ def run(plan: Plan, a: np.ndarray, dst: np.ndarray, a_offset: int = 0, dst_offse
         s.a = a_ptr + a_off
         s.c = c_ptr + c_off
     run_chunks(plan.kernel.function, plan.structs)
+
+
+def refresh(written: dict, name: str, key, write) -> None:
+    """Call ``write()`` unless ``written`` records that its buffer already holds the values
+    of ``key`` (the per-column vectors a plan points at: a network calls a layer with the
+    same scales every time). ``key`` None: always write."""
+    if key is None or written.get(name) != key:
+        write()
+        written[name] = key
+
+
+class GemmKernels:
+    """Mixin of the primitives that run GEMM kernels chosen per execution: the kernels
+    (``pd._kernel_for(choice)``), kept per path, and impl_info() naming those that ran."""
+
+    def _kernel(self, choice):
+        kernels = self.__dict__.setdefault("_kernels", {})
+        key = (choice.path, choice.nr)
+        if key not in kernels:
+            kernels[key] = self.pd._kernel_for(choice)
+        return kernels[key]
+
+    def impl_info(self) -> dict:
+        """The descriptor's choice, plus the kernels executions actually ran: on a non-VNNI
+        ISA the exact policy picks the fast or the widening kernel once the weights are known."""
+        ran = [k.meta["kspec"].name for k in self.__dict__.get("_kernels", {}).values()]
+        return dict(self.pd.impl_info(), **({"kernels_run": ran} if ran else {}))

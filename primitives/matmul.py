@@ -39,7 +39,7 @@ from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, 
 from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.gemm import Choice, decide, gemm_kernel
-from primitives.gemm_driver import Operand, OutputArgs, make_plan, run
+from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, packed_desc
 from primitives.reference import dst_scale_inverse
@@ -266,11 +266,10 @@ class InnerProductDesc(_GemmBasedDesc):
         self._setup(M, K, OC, src_md, weights_md, dst_md, bias_md, order, 1)
 
 
-class _GemmBasedPrimitive(Primitive):
+class _GemmBasedPrimitive(GemmKernels, Primitive):
     def __init__(self, pd: _GemmBasedDesc):
         super().__init__(pd)
         self._plans: dict = {}
-        self._kernels: dict = {}
         self._sp_views: dict = {}
         self._runtime_weights: tuple | None = None  # (bytes key, packed, choice)
 
@@ -290,19 +289,6 @@ class _GemmBasedPrimitive(Primitive):
         layout = WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, order)
         return pack_weights(layout.b_kn(logical), pd.isa, pd.attr.policy)
 
-    def impl_info(self) -> dict:
-        """The descriptor's choice, plus the kernels executions actually ran: on a non-VNNI
-        ISA the exact policy picks the fast or the widening kernel once the weights are known."""
-        ran = [k.meta["kspec"].name for k in self._kernels.values()]
-        return dict(self.pd.impl_info(), **({"kernels_run": ran} if ran else {}))
-
-    def _kernel(self, choice: Choice):
-        key = (choice.path, choice.nr)
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            kernel = self._kernels[key] = self.pd._kernel_for(choice)
-        return kernel
-
     def _views(self, sp: np.ndarray) -> dict:
         """The scratchpad's per-column vectors (and what was last written into them)."""
         key = sp.ctypes.data
@@ -314,13 +300,6 @@ class _GemmBasedPrimitive(Primitive):
                                            "dst_zp": cols[3], "a4": sp[16 * n_pad:], "sp": sp, "last": {}}
         return views
 
-    @staticmethod
-    def _fill(views: dict, name: str, key, compute) -> None:
-        """Write a per-column vector unless this scratchpad already holds it for ``key``."""
-        if key is None or views["last"].get(name) != key:
-            compute(views[name])
-            views["last"][name] = key
-
     def _execute(self, mem: dict, scratchpad) -> None:
         pd = self.pd
         M, N, K, batch = pd.M, pd.N, pd.K, pd.batch
@@ -330,21 +309,21 @@ class _GemmBasedPrimitive(Primitive):
             s = mem[scales(SRC)].array if scales(SRC) in mem else _ONE
             w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else _ONE
 
-            def scale(out):
-                out[:N] = s[0] * w
-            self._fill(views, "scale", (s.tobytes(), w.tobytes()), scale)
+            def scale():
+                views["scale"][:N] = s[0] * w
+            refresh(views["last"], "scale", (s.tobytes(), w.tobytes()), scale)
         if BIAS in mem:
             bias = mem[BIAS].array
 
-            def put_bias(out):
-                out[:N] = bias.reshape(-1)
-            self._fill(views, "bias", bias.tobytes(), put_bias)
+            def put_bias():
+                views["bias"][:N] = bias.reshape(-1)
+            refresh(views["last"], "bias", bias.tobytes(), put_bias)
         if zero_points(DST) in mem:
             zp = mem[zero_points(DST)].array
 
-            def put_zp(out):
-                out[:N] = zp
-            self._fill(views, "dst_zp", zp.tobytes(), put_zp)
+            def put_zp():
+                views["dst_zp"][:N] = zp
+            refresh(views["last"], "dst_zp", zp.tobytes(), put_zp)
         zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
         dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
         ao = zp_src + (128 if pd.src_s8 else 0)
@@ -357,10 +336,10 @@ class _GemmBasedPrimitive(Primitive):
         for b in range(a_all.shape[0]):
             packed, choice = self._weights(mem[WEIGHTS], b)
 
-            def comp(out):  # -ao * column sums, wrapping as int32
-                out[:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
+            def comp():  # -ao * column sums, wrapping as int32
+                views["col_comp"][:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
             # Weights packed at this call are new objects (an id may repeat): always recompute.
-            self._fill(views, "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else None, comp)
+            refresh(views["last"], "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else None, comp)
             a, lda = a_all[b], K
             if K < 4:  # the kernel reads whole dwords of A: pad K to 4 in the scratchpad
                 a4 = views["a4"][: 4 * rows].reshape(rows, 4)
