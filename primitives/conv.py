@@ -46,7 +46,7 @@ from jit.gemm_kernel import choose_tile
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
-from primitives.base import Primitive, PrimitiveDesc
+from primitives.base import Primitive, PrimitiveDesc, Replay
 from primitives.gemm import Choice, decide
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, new_args, refresh
 from primitives.gemm_pack import PackedB, pack_b
@@ -372,7 +372,7 @@ class _Convolution(GemmKernels, Primitive):
         self._filled: dict = {}  # padded-source buffer address -> the zero point its borders hold
         self._written: dict = {}  # scratchpad address -> what its per-column vectors hold
 
-    def _execute(self, mem: dict, scratchpad) -> None:
+    def _execute(self, mem: dict, scratchpad) -> Replay | None:
         pd, g = self.pd, self.pd.geometry
         G, OC = g.groups, g.groups * g.ocg
         wmem = mem[WEIGHTS]
@@ -383,6 +383,9 @@ class _Convolution(GemmKernels, Primitive):
         else:
             packs = pd._layout.pack_all(wmem.logical())
         sp = scratchpad.view(np.uint8)
+        # A library scratchpad belongs to this primitive (and thread) and keeps what was
+        # written into it; a user's may have served another primitive since the last call.
+        kept = pd.attr.scratchpad_mode != "user"
         pad_end = _align(pd._pad_bytes)
         tmp_end = pad_end + _align(pd._dst_tmp_bytes)
         cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(4, G, pd._ocgp)
@@ -401,7 +404,7 @@ class _Convolution(GemmKernels, Primitive):
             a = sp[:pd._pad_bytes].view(src.array.dtype).reshape((g.n,) + g.padded + (G, g.icgp))
             # The borders (and padded channels) keep their zero point from one call to the
             # next: only the interior is rewritten.
-            if self._filled.get(a.ctypes.data) != zp_src:
+            if not kept or self._filled.get(a.ctypes.data) != zp_src:
                 a.fill(zp_src)
                 self._filled[a.ctypes.data] = zp_src
             if src.desc.perm == _channels_last(src.desc.ndims):
@@ -409,18 +412,20 @@ class _Convolution(GemmKernels, Primitive):
             else:
                 x = np.moveaxis(src.logical(), 1, -1).reshape((g.n,) + g.src + (G, g.icg))
             (d0, h0, w0) = g.pad_l
-            a[:, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg] = x
+            interior = a[:, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg]
             pixel = G * g.icgp
+            copy_source = _source_copy(interior, x, a, g, zp_src)
         dst = mem[DST]
+        c_nhwc = None
         if pd._dst_tmp_bytes:  # a channels-first dst: computed channels-last, transposed after
             c = sp[pad_end: pad_end + pd._dst_tmp_bytes].view(dst.array.dtype)
-            if any(isinstance(e, Sum) for e in pd.attr.post_ops):  # the sum reads the old dst
-                c.reshape((g.n,) + tuple(dst.desc.dims[2:]) + (OC,))[...] = np.moveaxis(dst.logical(), 1, -1)
+            c_nhwc = c.reshape((g.n,) + tuple(dst.desc.dims[2:]) + (OC,))
         else:
             c = dst.array
+        reads_dst = any(isinstance(e, Sum) for e in pd.attr.post_ops)
         # Per-column values of this call, per group, into the scratchpad the plans point at;
         # rewritten only when they change (a network calls a layer with the same ones).
-        written = self._written.setdefault(sp.ctypes.data, {})
+        written = self._written.setdefault(sp.ctypes.data, {}) if kept else {}
         s_src = mem[scales(SRC)].array if scales(SRC) in mem else _ONE
         if pd._scale_kind != "none":
             w = mem[scales(WEIGHTS)].array if scales(WEIGHTS) in mem else _ONE
@@ -449,10 +454,12 @@ class _Convolution(GemmKernels, Primitive):
         # Weights packed at this call are new objects (an id may repeat): always recompute.
         refresh(written, "comp", (tuple(id(p) for p, _ in packs), ao) if wmem.desc.is_packed else None, put_comp)
         binaries = []
+        copied = False  # a binary operand copied here: its values are read at set-up
         for i, kind in pd._binary:
             v = mem[post_op_src1(i)]
             arr = v.array if kind != "full" else np.ascontiguousarray(np.moveaxis(v.logical(), 1, -1))
             binaries.append((i, kind, np.ascontiguousarray(arr, np.float32).reshape(-1)))
+            copied = copied or not np.may_share_memory(binaries[-1][2], v.array)
         dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
 
         plan = self._plan(packs, a, pixel, c, sp)
@@ -464,10 +471,25 @@ class _Convolution(GemmKernels, Primitive):
                 s.po_src[i] = pointer_to(arr) + {"common": 0, "col": 4 * col0,
                                                  "full": 4 * (row0 * OC + col0)}[kind]
                 s.po_ld[i] = 4 * OC
-        run_chunks(_call_all, plan["threads"])
-        if pd._dst_tmp_bytes:
-            out = c.reshape((g.n,) + tuple(dst.desc.dims[2:]) + (OC,))
-            dst.logical()[...] = np.moveaxis(out, -1, 1)
+        threads = plan["threads"]
+        x_in = x if not pd._direct_src() else None
+        if x_in is None:
+            copy_source = None
+        dst_logical = dst.logical() if c_nhwc is not None else None
+
+        def run() -> None:  # what every call does: the source's and dst's copies, the kernels
+            if copy_source is not None:
+                copy_source()
+            if c_nhwc is not None and reads_dst:  # the sum reads the old dst
+                c_nhwc[...] = np.moveaxis(dst_logical, 1, -1)
+            run_chunks(_call_all, threads)
+            if c_nhwc is not None:
+                dst_logical[...] = np.moveaxis(c_nhwc, -1, 1)
+        run()
+        views = x_in is None or np.may_share_memory(x_in, src.array)
+        if kept and wmem.desc.is_packed and not copied and views:
+            return Replay(run, by_value=(BIAS,))
+        return None
 
     def _plan(self, packs, a, pixel: int, c, sp) -> dict:
         pd, g = self.pd, self.pd.geometry
@@ -535,6 +557,36 @@ class _Convolution(GemmKernels, Primitive):
             self._plans.clear()
         self._plans[key] = plan
         return plan
+
+
+def _source_copy(interior: np.ndarray, x: np.ndarray, a: np.ndarray, g: Geometry, zp: int):
+    """A call that copies the source ``x`` into the padded buffer ``a``'s ``interior``.
+
+    numpy copies a few bytes per pixel (the stem's 3 channels into 4) one element at a
+    time; with 4 or 8 bytes per padded pixel the copy is done on whole words instead:
+    each word read from the source at the pixel's offset (from a copy with a few spare
+    bytes, so the last word stays inside it), its channels kept and the padding bytes
+    set to the zero point.
+    """
+    word = {4: np.uint32, 8: np.uint64}.get(g.icgp)
+    if word is None or g.groups != 1 or g.icg == g.icgp or not x.flags.c_contiguous:
+        def copy_elements() -> None:
+            interior[...] = x
+        return copy_elements
+    flat = x.reshape(-1).view(np.uint8)
+    spare = np.zeros(flat.size + 8, np.uint8)
+    n, (D, H, W) = g.n, g.src
+    icg = g.icg
+    words_in = np.ndarray((n, D, H, W), word, spare, 0, (D * H * W * icg, H * W * icg, W * icg, icg))
+    (d0, h0, w0) = g.pad_l
+    words_out = a.reshape(a.shape[:4] + (g.icgp,)).view(word)[..., 0][:, d0:d0 + D, h0:h0 + H, w0:w0 + W]
+    keep = word((1 << (8 * icg)) - 1)
+    fill = word(sum((zp & 0xFF) << (8 * b) for b in range(icg, g.icgp)))
+
+    def copy_words() -> None:
+        spare[:flat.size] = flat
+        np.bitwise_or(words_in & keep, fill, out=words_out)
+    return copy_words
 
 
 def _call_all(calls) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
-from primitives.base import Primitive, PrimitiveDesc
+from primitives.base import Primitive, PrimitiveDesc, Replay
 from primitives.gemm import Choice, decide, gemm_kernel
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
 from primitives.gemm_pack import PackedB, pack_b
@@ -46,7 +46,7 @@ from primitives.reference import dst_scale_inverse
 from primitives import verbose
 from runtime import isa as isa_mod
 from runtime.ffi import pointer_to
-from runtime.threads import resolve_threads
+from runtime.threads import resolve_threads, run_chunks
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 _ONE = np.ones(1, np.float32)
@@ -300,10 +300,15 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                                            "dst_zp": cols[3], "a4": sp[16 * n_pad:], "sp": sp, "last": {}}
         return views
 
-    def _execute(self, mem: dict, scratchpad) -> None:
+    def _execute(self, mem: dict, scratchpad) -> Replay | None:
         pd = self.pd
         M, N, K, batch = pd.M, pd.N, pd.K, pd.batch
         views = self._views(scratchpad.view(np.uint8))
+        # A library scratchpad belongs to this primitive (and thread) and keeps what was
+        # written into it; a user's may have served another primitive since the last call.
+        kept = pd.attr.scratchpad_mode != "user"
+        if not kept:
+            views["last"].clear()
         # Scales, bias and zero points of this call, into the scratchpad the plan points at.
         if pd._scale_kind != "none":
             s = mem[scales(SRC)].array if scales(SRC) in mem else _ONE
@@ -332,7 +337,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         rows = M * batch if flat else M
         a_all = mem[SRC].array.reshape(-1, rows, K)
         c_all = mem[DST].array.reshape(-1, rows, N)
-        keep = []
+        keep, runs = [], []
         for b in range(a_all.shape[0]):
             packed, choice = self._weights(mem[WEIGHTS], b)
 
@@ -340,7 +345,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 views["col_comp"][:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
             # Weights packed at this call are new objects (an id may repeat): always recompute.
             refresh(views["last"], "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else None, comp)
-            a, lda = a_all[b], K
+            a, lda, a4 = a_all[b], K, None
             if K < 4:  # the kernel reads whole dwords of A: pad K to 4 in the scratchpad
                 a4 = views["a4"][: 4 * rows].reshape(rows, 4)
                 a4[:, :K] = a.view(np.uint8)
@@ -350,12 +355,27 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 st.dst_scale_inv = dst_scale
             for i, kind in pd._binary:
                 src1 = self._operand(mem[post_op_src1(i)].array, kind, b, flat)
-                keep.append(src1)  # alive until the kernels return
+                keep.append((src1, mem[post_op_src1(i)].array))  # alive until the kernels return
                 base = pointer_to(src1)
                 for st, (c0, r0) in zip(plan.structs, plan.chunks):
                     st.po_src[i] = base + {"common": 0, "col": 4 * c0, "row": 4 * r0, "full": r0 * 4 * N + 4 * c0}[kind]
                     st.po_ld[i] = 4 * N
             run(plan, a, c_all[b])
+            runs.append((plan, a4, a_all[b]))
+        # One GEMM on the caller's arrays is repeated by its kernel calls alone (a K < 4
+        # source is re-padded); several set their pointers per batch item.
+        if kept and len(runs) == 1 and mem[WEIGHTS].desc.is_packed \
+                and all(np.may_share_memory(src1, user) for src1, user in keep):
+            (plan, a4, a), = runs
+            function, structs = plan.kernel.function, plan.structs
+            if a4 is None:
+                return Replay(lambda: run_chunks(function, structs), by_value=(BIAS,))
+
+            def padded() -> None:
+                a4[:, :K] = a.view(np.uint8)
+                run_chunks(function, structs)
+            return Replay(padded, by_value=(BIAS,))
+        return None
 
     def _operand(self, src1: np.ndarray, kind: str, b: int, flat: bool) -> np.ndarray:
         """A binary operand as the kernel reads it for batch item ``b`` (all rows when flat)."""

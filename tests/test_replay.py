@@ -1,0 +1,144 @@
+"""Repeated executions: the replay of the last call (primitives.base.Replay) must give
+what the full path gives, and must not be taken when anything it set up from changed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primitives.attr import Attr, PostOps
+from primitives.conv import ConvolutionDesc
+from primitives.matmul import InnerProductDesc
+from primitives.memory import Memory, desc
+from primitives.reorder import reorder_desc
+
+
+def _conv(ic=3, pad=1, k=3, oc=24, user=False, bias_shift=0.0):
+    """A small stem-like layer (ic=3: channels padded through the word copy) with the whole pipeline."""
+    rng = np.random.default_rng(ic * 10 + pad)
+    attr = Attr(scales={"weights": 1, "dst": 0}, zero_points={"src": 0},
+                scratchpad_mode="user" if user else "library").set_post_ops(PostOps().eltwise("relu"))
+    hw = 9
+    out = hw + 2 * pad - k + 1
+    pd = ConvolutionDesc(desc((1, ic, hw, hw), "u8", "nhwc"), desc((oc, ic, k, k), "s8", "any"),
+                         desc((1, oc, out, out), "u8", "nhwc"), desc((oc,), "f32", "a"),
+                         padding_l=(pad, pad), attr=attr)
+    w = Memory(pd.weights_desc())
+    reorder_desc(desc((oc, ic, k, k), "s8", "oihw"), pd.weights_desc()).create().execute(
+        {"src": rng.integers(-128, 128, (oc, ic, k, k)).astype(np.int8), "dst": w})
+    args = {"src": rng.integers(0, 256, (1, hw, hw, ic)).astype(np.uint8), "weights": w,
+            "bias": (rng.normal(0, 50, oc) + bias_shift).astype(np.float32),
+            "dst": np.zeros((1, out, out, oc), np.uint8),
+            "scales:weights": rng.uniform(0.5, 2, oc).astype(np.float32) / (ic * k * k * 40),
+            "scales:dst": np.float32([0.25]), "zero_points:src": np.int32([7])}
+    if user:
+        args["scratchpad"] = np.zeros(pd.scratchpad_desc().nbytes, np.uint8)
+    return pd.create(), args
+
+
+def _fresh(p, args) -> np.ndarray:
+    """The full path's result: copies of every argument (no replay can match them)."""
+    copy = {k: (v if isinstance(v, Memory) else v.copy()) for k, v in args.items()}
+    p.execute(copy)
+    return copy["dst"]
+
+
+def _no_setup(p, monkeypatch):
+    def refuse(*_):
+        raise AssertionError("_execute ran: the replay was not taken")
+    monkeypatch.setattr(p, "_execute", refuse)
+
+
+@pytest.mark.parametrize("ic,pad", [(3, 1), (2, 1), (6, 1), (8, 0), (16, 2)])
+def test_conv_replay_follows_in_place_changes(ic, pad, monkeypatch):
+    p, args = _conv(ic, pad)
+    p.execute(args)
+    first = args["dst"].copy()
+    assert p._local.replay is not None
+    args["src"][...] = np.random.default_rng(1).integers(0, 256, args["src"].shape)
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        p.execute(args)  # new source values, same arrays: the replay
+    assert not np.array_equal(args["dst"], first)
+    np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+    # Values the set-up read (bias, scales, zero points) changed in place: set up again.
+    for name, change in (("bias", 40.0), ("scales:weights", 0.25), ("scales:dst", 0.5), ("zero_points:src", 3)):
+        p.execute(args)
+        before = args["dst"].copy()
+        args[name] += (args[name] * change).astype(np.float32) if name.startswith("scales") else change
+        p.execute(args)
+        np.testing.assert_array_equal(args["dst"], _fresh(p, args), err_msg=name)
+        assert not np.array_equal(args["dst"], before), name
+
+
+def test_replay_not_taken_when_arrays_change(monkeypatch):
+    p, args = _conv()
+    p.execute(args)
+    # Another dst array of the same shape: the full path, and its own result.
+    other = dict(args, dst=np.zeros_like(args["dst"]))
+    p.execute(other)
+    np.testing.assert_array_equal(other["dst"], args["dst"])
+    # A dst reshaped or made read-only in place is checked again, and refused.
+    p.execute(args)
+    _, h, w, c = args["dst"].shape
+    args["dst"].shape = (h, 1, w, c)
+    with pytest.raises(ValueError, match="dst"):
+        p.execute(args)
+    args["dst"].shape = other["dst"].shape
+    p.execute(args)
+    args["dst"].flags.writeable = False
+    with pytest.raises(ValueError, match="dst"):
+        p.execute(args)
+    args["dst"].flags.writeable = True
+    # Weights re-packed into the same Memory by another reorder: the new weights count.
+    p.execute(args)
+    before = args["dst"].copy()
+    w = args["weights"]
+    reorder_desc(desc(w.desc.dims, "s8", "oihw"), w.desc).create().execute(
+        {"src": np.ones(w.desc.dims, np.int8), "dst": w})
+    p.execute(args)
+    assert not np.array_equal(args["dst"], before)
+    np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+
+
+def test_shared_user_scratchpad():
+    """Two layers sharing one user scratchpad (as a network does) must not see each
+    other's per-column values or padded borders: nothing is kept in it between calls."""
+    p1, a1 = _conv(user=True)
+    p2, a2 = _conv(user=True, bias_shift=500.0)
+    a2["zero_points:src"] = np.int32([200])
+    expect1, expect2 = _fresh(p1, dict(a1, scratchpad=a1["scratchpad"].copy())), None
+    shared = np.zeros(max(p1.pd.scratchpad_desc().nbytes, p2.pd.scratchpad_desc().nbytes), np.uint8)
+    a1["scratchpad"] = a2["scratchpad"] = shared
+    p2.execute(a2)
+    expect2 = a2["dst"].copy()
+    for _ in range(2):
+        p1.execute(a1)
+        np.testing.assert_array_equal(a1["dst"], expect1)
+        p2.execute(a2)
+        np.testing.assert_array_equal(a2["dst"], expect2)
+
+
+@pytest.mark.parametrize("k", [2, 64])
+def test_inner_product_replay(k, monkeypatch):
+    rng = np.random.default_rng(k)
+    m, n = 5, 40
+    attr = Attr(scales={"src": 0, "weights": 1, "dst": 0}).set_post_ops(PostOps().eltwise("relu"))
+    pd = InnerProductDesc(desc((m, k), "u8", "ab"), desc((n, k), "s8", "any"), desc((m, n), "s8", "ab"),
+                          desc((n,), "f32", "a"), attr=attr)
+    p = pd.create()
+    w = Memory(pd.weights_desc())
+    reorder_desc(desc((n, k), "s8", "ab"), pd.weights_desc()).create().execute(
+        {"src": rng.integers(-128, 128, (n, k)).astype(np.int8), "dst": w})
+    args = {"src": rng.integers(0, 256, (m, k)).astype(np.uint8), "weights": w,
+            "bias": rng.normal(0, 20, n).astype(np.float32), "dst": np.zeros((m, n), np.int8),
+            "scales:src": np.float32([0.5]), "scales:weights": rng.uniform(0.5, 2, n).astype(np.float32) / (k * 30),
+            "scales:dst": np.float32([0.5])}
+    p.execute(args)
+    args["src"][...] = rng.integers(0, 256, (m, k))
+    with monkeypatch.context() as mp:
+        _no_setup(p, mp)
+        p.execute(args)
+    np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+    args["bias"] += np.float32(30)
+    p.execute(args)
+    np.testing.assert_array_equal(args["dst"], _fresh(p, args))
