@@ -227,14 +227,37 @@ class _Stage:
         self.tmp = self.free.pop()
         if self.spec.float_mode:
             self.tmp2 = self.free.pop()
+        # Registers no eltwise needs hold what every row of the block reads: the dst
+        # scale, then each column vector's compensation, scale and bias (loaded once per
+        # column, not once per accumulator: the stage is most of a small-K block's time).
+        spec = self.spec
+        elt = [_eltwise().temps_needed(op.alg) for op in spec.post_ops if isinstance(op, EltwiseOp)]
+        spare = self.free[max([2] + elt) - 2:]
+        self.held = {}
+        if spec.dst_scale and spare:
+            self.held["dst_scale"] = spare.pop()
+            self.broadcast(self.held["dst_scale"], self.field("dst_scale_inv"))
+        per_column = ["col_comp"] + [name for name, kind in (("scale", spec.scale), ("bias", spec.bias),
+                                                             ("dst_zp", spec.dst_zp)) if kind == "col"]
         for v in range(self.nr):
+            col = self.ctx.col_bytes * 1 + v * self.vb
+            held = [name for name in per_column[:len(spare)] if rows > 1]
+            for name, reg in zip(held, spare):
+                (self.asm.VMOVDQU32 if self.wide else self.asm.VMOVDQU)(reg, [self.base(name) + col])
+                self.held[name] = reg
             for i in range(rows):
                 self.one(acc[i][v], i, v)
+            for name in held:
+                del self.held[name]
+
+    def column(self, name: str, v: int):
+        """Column vector ``v`` of a per-column operand: its register, or its memory."""
+        reg = self.held.get(name)
+        return reg if reg is not None else [self.base(name) + self.ctx.col_bytes * 1 + v * self.vb]
 
     def one(self, a, i: int, v: int) -> None:
         asm, spec, ctx, vb, tmp = self.asm, self.spec, self.ctx, self.vb, self.tmp
-        col = ctx.col_bytes * 1 + v * vb
-        asm.VPADDD(a, a, [self.base("col_comp") + col])
+        asm.VPADDD(a, a, self.column("col_comp", v))
         if spec.row_comp:
             asm.VPBROADCASTD(tmp, asm.dword[self.base("row_comp") + ctx.row_bytes * 1 + 4 * i])
             asm.VPADDD(a, a, tmp)
@@ -249,9 +272,9 @@ class _Stage:
             self.broadcast(tmp, self.base("scale"))
             asm.VMULPS(a, a, tmp)
         elif spec.scale == "col":
-            asm.VMULPS(a, a, [self.base("scale") + col])
+            asm.VMULPS(a, a, self.column("scale", v))
         if spec.bias == "col":
-            asm.VADDPS(a, a, [self.base("bias") + col])
+            asm.VADDPS(a, a, self.column("bias", v))
         elif spec.bias == "row":
             self.broadcast(tmp, self.base("bias") + ctx.row_bytes * 1 + 4 * i)
             asm.VADDPS(a, a, tmp)
@@ -267,14 +290,17 @@ class _Stage:
                 asm.VADDPS(a, a, tmp)
             else:
                 self.binary(a, op, index, i, v)
-        if spec.dst_scale:
-            self.broadcast(tmp, self.field("dst_scale_inv"))
-            asm.VMULPS(a, a, tmp)  # a multiply: VDIVPS would cost more than the rest of the stage
+        if spec.dst_scale:  # a multiply: VDIVPS would cost more than the rest of the stage
+            if "dst_scale" in self.held:
+                asm.VMULPS(a, a, self.held["dst_scale"])
+            else:
+                self.broadcast(tmp, self.field("dst_scale_inv"))
+                asm.VMULPS(a, a, tmp)
         if spec.dst_zp == "common":
             self.broadcast(tmp, self.base("dst_zp"))
             asm.VADDPS(a, a, tmp)
         elif spec.dst_zp == "col":
-            asm.VADDPS(a, a, [self.base("dst_zp") + col])
+            asm.VADDPS(a, a, self.column("dst_zp", v))
         self.store(a, i, v)
 
     def eltwise(self, a, op: EltwiseOp, index: int) -> None:

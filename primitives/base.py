@@ -250,6 +250,17 @@ class PrimitiveDesc:
         return f"<{type(self).__name__} {self.kind} {self.impl_name()} isa={self.isa} {self._verbose_desc()}>"
 
 
+def check_descs(required: Mapping[str, Any], optional: Mapping[str, Any] | None = None) -> None:
+    """A descriptor constructor's first check: each argument is a MemoryDesc (``optional``
+    ones may be None), or a TypeError naming it."""
+    for name, md in required.items():
+        if not isinstance(md, MemoryDesc):
+            raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
+    for name, md in (optional or {}).items():
+        if md is not None and not isinstance(md, MemoryDesc):
+            raise TypeError(f"{name}: expected a MemoryDesc or None, got {type(md).__name__}")
+
+
 class Primitive:
     """An executable primitive; subclasses implement ``_execute(mem, scratchpad)``."""
 
@@ -512,4 +523,4 @@ class _ArgSpec:
         return table
 
 
-__all__ = ["PrimitiveDesc", "Primitive", "Replay"]
+__all__ = ["PrimitiveDesc", "Primitive", "Replay", "check_descs"]

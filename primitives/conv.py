@@ -42,11 +42,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jit.gemm_kernel import choose_tile
+from jit.gemm_kernel import MAX_MR, choose_tile
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay
+from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from primitives.gemm import Choice, decide
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, new_args, refresh
 from primitives.gemm_pack import PackedB, pack_b
@@ -220,9 +220,7 @@ class ConvolutionDesc(PrimitiveDesc):
                  attr=None, isa: str | None = None, threads: int | None = None):
         super().__init__(attr, isa)
         self.threads = resolve_threads(threads)
-        for name, md in (("src", src_md), ("weights", weights_md), ("dst", dst_md)):
-            if not isinstance(md, MemoryDesc):
-                raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
+        check_descs({"src": src_md, "weights": weights_md, "dst": dst_md}, {"bias": bias_md})
         nd = src_md.ndims
         if nd not in (3, 4, 5):
             raise ValueError(f"src: expected (N, C, W), (N, C, H, W) or (N, C, D, H, W) dims, got {src_md.dims}")
@@ -313,7 +311,9 @@ class ConvolutionDesc(PrimitiveDesc):
         from jit import cache
         from jit.gemm_kernel import generate
 
-        kspec = choose_tile(choice.path, self.src_s8, self.output, choice.nr, positions=True, outer=True)
+        g = self.geometry
+        rows = MAX_MR if g.flat else block_rows(g.out[2], choice.nr)
+        kspec = choose_tile(choice.path, self.src_s8, self.output, choice.nr, rows, positions=True, outer=True)
         kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
         kernel.meta["kspec"] = kspec
         return kernel
@@ -333,6 +333,25 @@ class ConvolutionDesc(PrimitiveDesc):
 
     def _create_primitive(self):
         return _Convolution(self)
+
+
+def block_rows(width: int, nr: int, most: int = MAX_MR) -> int:
+    """Rows of the register block for output rows ``width`` pixels long.
+
+    Each output row runs as blocks of ``mr`` rows and one block of the rest, and a block
+    of one or two rows has too few accumulators to hide the dot product's latency (7 =
+    6 + 1 runs its last row at about half speed). Model, per K group of a block of r
+    rows: max(r * nr / 2 (two dot products a cycle), (r + nr) / 2 (two loads a cycle), 5
+    (the latency each accumulator waits)) cycles; the tallest block within 3% of the
+    best total wins (7: 4 + 3, 14: 5 + 5 + 4, 56: 6 x 9 + 2).
+    """
+    def cycles(rows: int) -> float:
+        full, rest = divmod(width, rows)
+        block = lambda r: max(r * nr / 2, (r + nr) / 2, 5.0)  # noqa: E731
+        return full * block(rows) + (block(rest) if rest else 0.0)
+
+    best = min(cycles(r) for r in range(1, most + 1))
+    return max(r for r in range(1, most + 1) if cycles(r) <= 1.03 * best)
 
 
 def _prod(t) -> int:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jit.gemm_kernel import ARGS_CDEF
+from jit.gemm_kernel import ARGS_CDEF, SIGNATURE
 from jit.output import MAX_POST_OPS
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import run_chunks, split
 
-declare(ARGS_CDEF)
+declare(ARGS_CDEF, (SIGNATURE,))
 SMALL_WORK = 1 << 20  # below this many multiply-adds one thread is faster than two
 
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay
+from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from primitives.gemm import Choice, decide, gemm_kernel
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
 from primitives.gemm_pack import PackedB, pack_b
@@ -195,9 +195,7 @@ class MatmulDesc(_GemmBasedDesc):
                  bias_md: MemoryDesc | None = None, attr=None, isa: str | None = None, threads: int | None = None):
         super().__init__(attr, isa)
         self.threads = resolve_threads(threads)
-        for name, md in (("src", src_md), ("weights", weights_md), ("dst", dst_md)):
-            if not isinstance(md, MemoryDesc):
-                raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
+        check_descs({"src": src_md, "weights": weights_md, "dst": dst_md}, {"bias": bias_md})
         nd = src_md.ndims
         if nd not in (2, 3):
             raise ValueError(f"src: expected 2 or 3 dims, got {src_md.dims}")
@@ -241,9 +239,7 @@ class InnerProductDesc(_GemmBasedDesc):
                  bias_md: MemoryDesc | None = None, attr=None, isa: str | None = None, threads: int | None = None):
         super().__init__(attr, isa)
         self.threads = resolve_threads(threads)
-        for name, md in (("src", src_md), ("weights", weights_md), ("dst", dst_md)):
-            if not isinstance(md, MemoryDesc):
-                raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
+        check_descs({"src": src_md, "weights": weights_md, "dst": dst_md}, {"bias": bias_md})
         nd = src_md.ndims
         if nd < 2:
             raise ValueError(f"src: expected N x C (x spatial) dims, got {src_md.dims}")

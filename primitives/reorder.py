@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, ReorderKernelSpec, code_isa
+from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, SIGNATURE, ReorderKernelSpec, code_isa
 from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
 from primitives.base import Primitive, PrimitiveDesc
@@ -65,7 +65,7 @@ from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
 
-declare(ARGS_CDEF)
+declare(ARGS_CDEF, (SIGNATURE,))
 
 INT_TYPES = tuple(INT_RANGES)  # zero points apply to these
 # (attribute name in the kernel, argument, kind) in the kernel's ATTRS order.

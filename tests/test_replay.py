@@ -142,3 +142,25 @@ def test_inner_product_replay(k, monkeypatch):
     args["bias"] += np.float32(30)
     p.execute(args)
     np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+
+
+@pytest.mark.parametrize("tag", ["nhwc", "nchw"])
+def test_pooling_replay(tag, monkeypatch):
+    from primitives.pooling import PoolingDesc
+    from primitives.pooling_ref import pooling_ref
+
+    rng = np.random.default_rng(3)
+    pd = PoolingDesc("avg_exclude_padding", desc((2, 5, 7, 6), "u8", tag), desc((2, 5, 4, 3), "u8", tag), 2, 3, 1, 1)
+    p = pd.create()
+    x = np.ascontiguousarray(rng.integers(0, 256, (2, 5, 7, 6)).astype(np.uint8).transpose(
+        (0, 2, 3, 1) if tag == "nhwc" else (0, 1, 2, 3)))
+    y = np.zeros((2, 4, 3, 5) if tag == "nhwc" else (2, 5, 4, 3), np.uint8)
+    args = {"src": x, "dst": y}
+    p.execute(args)
+    x[...] = rng.integers(0, 256, x.shape)
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        p.execute(args)
+    logical = np.moveaxis(x, -1, 1) if tag == "nhwc" else x
+    expect = pooling_ref(np.moveaxis(logical, 1, -1), "avg_exclude_padding", (3, 3), (2, 2), (1, 1), (1, 1))
+    np.testing.assert_array_equal(np.moveaxis(y, -1, 1) if tag == "nhwc" else y, np.moveaxis(expect, -1, 1))
