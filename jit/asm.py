@@ -1,9 +1,13 @@
 """The instruction namespace kernel templates are written in (``from jit.asm import *``).
 
-Importing this module imports PeachPy (slow-ish, so only templates import it), mends one
-PeachPy defect, and adds the VNNI instructions PeachPy lacks (``jit.vnni``).
+Importing this module imports PeachPy (slow-ish, so only templates import it), mends two
+PeachPy defects, adds the VNNI instructions PeachPy lacks (``jit.vnni``) and replaces
+PeachPy's ``Label`` with one that is named cheaply (:class:`Label`).
 """
 from __future__ import annotations
+
+import linecache
+import sys
 
 try:
     import peachpy.x86_64.registers as _registers
@@ -69,3 +73,33 @@ _mend_live_register_limit()
 from peachpy import *  # noqa: E402,F401,F403
 from peachpy.x86_64 import *  # noqa: E402,F401,F403
 from jit.vnni import *  # noqa: E402,F401,F403
+
+
+class Label(Label):  # noqa: F405 - PeachPy's, from the star import above
+    """PeachPy's ``Label``, pre-named from the caller's line without ``inspect.stack()``.
+
+    An unnamed PeachPy label takes its pre-name from the assignment it is created in
+    (``skip = Label()`` is "skip") by calling ``inspect.stack()``, which reads the source
+    context of every frame up the stack: 1-3 ms per label, a third of a kernel's emit
+    time. This reads the caller's one line and hands it to PeachPy's own parser, so the
+    pre-name is the same.
+    """
+
+    def __init__(self, name=None):
+        if name is None:
+            from peachpy.name import Name
+
+            name = (Name(prename=_assigned_name(sys._getframe(1), "Label")),)
+        super().__init__(name)
+
+
+def _assigned_name(frame, constructor: str) -> str | None:
+    """What PeachPy's ``parse_assigned_variable_name(inspect.stack(), constructor)``
+    returns when called one frame below ``frame``."""
+    from peachpy.parse import parse_assigned_variable_name
+
+    code = frame.f_code
+    line = linecache.getline(code.co_filename, frame.f_lineno)
+    # The shape of inspect.stack()'s entries: (frame, file, line number, function, context lines, index)
+    caller = (frame, code.co_filename, frame.f_lineno, code.co_name, [line] if line else None, 0)
+    return parse_assigned_variable_name([None, caller], constructor)

@@ -7,10 +7,11 @@ process, and once per key per library version on disk (see ``jit.cache``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from runtime.execmem import Relocation
 from runtime.kernel import Kernel
@@ -39,26 +40,42 @@ def generate(
     meta: dict | None = None,
 ) -> GeneratedCode:
     """Run ``emit()`` inside a PeachPy ``Function`` targeting ``isa`` and encode it."""
-    from jit import asm
+    from jit import asm, backend
     from jit.isa_targets import target_for
 
-    with asm.Function(name, tuple(arguments), None, target=target_for(isa)) as function:
+    function = asm.Function(name, tuple(arguments), None, target=target_for(isa))
+    function.attach()
+    try:
         emit()
-    abi_function = function.finalize(asm.abi.system_v_x86_64_abi)
-    encoded = abi_function.encode()
-    relocations = tuple(
-        Relocation(r.offset, r.program_counter, r.symbol.offset) for r in encoded.code_section.relocations
-    )
+    except BaseException:
+        function.detach()
+        raise
+    assemble = backend.assemble_reference if _reference_backend else backend.assemble
+    assembled = assemble(function, asm.abi.system_v_x86_64_abi)
     return GeneratedCode(
         name=name,
         isa=isa,
         signature=signature,
-        code=bytes(encoded.code_section.content),
-        const=bytes(encoded.const_section.content),
-        relocations=relocations,
-        listing=abi_function.format(),
+        code=assembled.code,
+        const=assembled.const,
+        relocations=tuple(Relocation(*r) for r in assembled.relocations),
+        listing=assembled.listing,
         meta=dict(meta or {}),
     )
+
+
+_reference_backend = False
+
+
+@contextlib.contextmanager
+def reference_backend() -> Iterator[None]:
+    """Generate through PeachPy's own pipeline inside the block (tests compare the bytes)."""
+    global _reference_backend
+    saved, _reference_backend = _reference_backend, True
+    try:
+        yield
+    finally:
+        _reference_backend = saved
 
 
 def load(generated: GeneratedCode) -> Kernel:

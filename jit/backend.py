@@ -1,0 +1,334 @@
+"""PeachPy's back end, lean, for kernels that name physical registers only.
+
+PeachPy turns an emitted ``Function`` into machine code in three stages built for
+virtual registers: leaving ``with Function`` runs liveness analysis, register
+allocation and live-register checks over every instruction; ``finalize`` deep-copies
+the instruction list, allocates registers and lowers the ABI pseudo-instructions;
+``encode`` deep-copies the list again and encodes every instruction anew on each pass
+of branch relaxation. For a GEMM kernel of ~3000 instructions that was 1.5-2 s, almost
+all of it work whose outcome is known in advance when every register is physical.
+
+:func:`assemble` keeps the steps whose outcome matters, calling PeachPy's own methods
+where they are cheap, on the one instruction list (no copies):
+
+* labels: PeachPy's default entry label, undefined-label check, unused-label removal
+  and naming (``Function`` methods);
+* the forward SSE/AVX state pass, which decides whether a RETURN gets a VZEROUPPER
+  (:func:`_propagate_avx_state`, PeachPy's algorithm for code without SSE instructions);
+* the callee-saved registers the code writes (:func:`_scan`), then PeachPy's own
+  argument and RETURN lowering (prologue and epilogue) through ``ABIFunction`` methods;
+* PeachPy's constant layout, then encoding: each instruction once, then PeachPy's
+  branch relaxation over the cached bytes (:class:`_LeanEncodedFunction`).
+
+Anything outside that case (virtual registers, local variables, stack arguments, a
+return value, SSE instructions, other pseudo-instructions, another ABI) goes through
+PeachPy's pipeline unchanged (:func:`assemble_reference`), which the tests also use to
+check that both produce the same bytes.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import peachpy.x86_64.function as _function
+import peachpy.x86_64.options as _options
+from peachpy.x86_64.abi import system_v_x86_64_abi
+from peachpy.x86_64.avx import VZEROALL, VZEROUPPER
+from peachpy.x86_64.generic import RET
+from peachpy.x86_64.instructions import BranchInstruction
+from peachpy.x86_64.meta import Section, SectionType
+from peachpy.x86_64.operand import MemoryOperand, get_operand_registers
+from peachpy.x86_64.pseudo import LABEL, LOAD, RETURN
+from peachpy.x86_64.registers import GeneralPurposeRegister, rsp
+
+_GPR_MASK = 0xF  # register-mask bits of the general-purpose (sub)registers
+_MAX_REGISTER_ARGUMENTS = 6  # System V: rdi, rsi, rdx, rcx, r8, r9
+_PSEUDO_MODULE = LABEL.__module__
+# Pseudo-instructions the forward SSE/AVX pass gives the state it reaches them with.
+_STATE_TAKERS = (LOAD.ARGUMENT, RETURN, RET, LABEL)
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """Machine code of one function, the way ``jit.build`` stores it."""
+
+    code: bytes
+    const: bytes
+    relocations: tuple[tuple[int, int, int], ...]  # (offset, program counter, constant offset)
+    listing: str
+
+
+def assemble(function: _function.Function, abi=system_v_x86_64_abi) -> Assembled:
+    """Finish an emitted, still attached ``function`` (as leaving ``with`` would) and encode it."""
+    written = _scan(function, abi)
+    if written is None:
+        return assemble_reference(function, abi)
+    function.detach()
+    function._add_default_labels()
+    function._check_undefined_labels()
+    function._remove_unused_labels()
+    _propagate_avx_state(function._instructions, *_control_flow(function))
+    function._scope.assign_names()
+    abi_function = _LeanABIFunction(function, abi, written)
+    return _assembled(_LeanEncodedFunction(abi_function), abi_function)
+
+
+def assemble_reference(function: _function.Function, abi=system_v_x86_64_abi) -> Assembled:
+    """PeachPy's own pipeline: ``with`` exit, ``finalize`` and ``encode``."""
+    function.__exit__(None, None, None)
+    abi_function = function.finalize(abi)
+    return _assembled(abi_function.encode(), abi_function)
+
+
+def _assembled(encoded: _function.EncodedFunction, abi_function: _function.ABIFunction) -> Assembled:
+    return Assembled(
+        code=bytes(encoded.code_section.content),
+        const=bytes(encoded.const_section.content),
+        relocations=tuple((r.offset, r.program_counter, r.symbol.offset) for r in encoded.code_section.relocations),
+        listing=abi_function.format(),
+    )
+
+
+# -- which functions qualify ---------------------------------------------------------------
+def _scan(function: _function.Function, abi) -> set[int] | None:
+    """Physical ids of the general-purpose registers the code writes, or None when the
+    function is outside the lean path's case."""
+    if abi is not system_v_x86_64_abi or function.result_type is not None or function.avx_environment:
+        return None
+    if _options.abi is not None or _options.rtl_dump_file:  # PeachPy's writers and dumps want its own path
+        return None
+    arguments = function.arguments
+    if len(arguments) > _MAX_REGISTER_ARGUMENTS or not all(a.is_integer or a.is_pointer for a in arguments):
+        return None
+    written: set[int] = set()
+    for instruction in function._instructions:
+        if instruction.avx_mode is False or not _plain_pseudo(instruction):
+            return None
+        for operand in instruction.operands:
+            if not _physical(operand):
+                return None
+        # The registers PeachPy's clobber analysis reads (Instruction.output_registers_masks).
+        for is_output, operand in zip(instruction.out_regs, instruction.operands):
+            if is_output:
+                written.update(r.physical_id for r in get_operand_registers(operand) if r.mask & _GPR_MASK)
+        written.update(i for i, mask in instruction._implicit_out_regs.items() if mask & _GPR_MASK)
+    return written
+
+
+def _plain_pseudo(instruction) -> bool:
+    """False for the pseudo-instructions the lean path does not lower."""
+    kind = type(instruction)
+    if kind.__module__ != _PSEUDO_MODULE or kind is LABEL:
+        return True
+    if kind is RETURN:
+        return not instruction.operands
+    if kind is LOAD.ARGUMENT:
+        return isinstance(instruction.operands[0], GeneralPurposeRegister)
+    return False
+
+
+def _physical(operand) -> bool:
+    """No virtual register in the operand and no local variable behind it."""
+    if isinstance(operand, MemoryOperand):
+        if isinstance(operand.symbol, _function.LocalVariable):
+            return False
+        if operand.mask is not None and operand.mask.mask_register.physical_id is None:
+            return False
+    return all(r.physical_id is not None for r in get_operand_registers(operand))
+
+
+# -- the SSE/AVX state ------------------------------------------------------------------------
+def _control_flow(function: _function.Function) -> tuple[int, list[tuple[int, int]], list[list[int]]]:
+    """(entry block, block bounds, successor blocks) as PeachPy's ``_analize`` cuts them."""
+    instructions = function._instructions
+    labels = {ins.identifier: i for i, ins in enumerate(instructions) if isinstance(ins, LABEL)}
+    entry = labels[function.entry.name] if function.entry.name in function._label_names else 0
+    starts = {entry}
+    ends = []
+    for i, ins in enumerate(instructions):
+        if isinstance(ins, BranchInstruction) and ins.label_name:
+            starts.add(labels[ins.label_name])
+            if ins.is_conditional:
+                starts.add(i + 1)
+        if isinstance(ins, LABEL):
+            ends.append(i)
+        elif isinstance(ins, (BranchInstruction, RETURN, RET)):
+            ends.append(i + 1)
+    starts = sorted(starts)
+    bounds = []
+    for start in starts:
+        k = bisect.bisect_right(ends, start)
+        if k == len(ends):
+            raise _falls_off(function)
+        bounds.append((start, ends[k]))
+    index = {start: b for b, start in enumerate(starts)}
+    successors = []
+    for b, (_, end) in enumerate(bounds):
+        last = instructions[end - 1]
+        if isinstance(last, (RET, RETURN)):
+            successors.append([])
+            continue
+        following = [b + 1] if b + 1 < len(bounds) else None
+        if isinstance(last, BranchInstruction) and last.label_name:
+            targets = [index[labels[last.label_name]]]
+            if last.is_conditional:
+                if following is None:
+                    raise _falls_off(function)
+                targets += following
+            successors.append(targets)
+        elif following is None:
+            raise _falls_off(function)
+        else:
+            successors.append(following)
+    return index[entry], bounds, successors
+
+
+def _falls_off(function: _function.Function) -> ValueError:
+    # PeachPy's own analysis fails here with an IndexError.
+    return ValueError(f"function {function.name}: execution can run past the last instruction (no RETURN)")
+
+
+def _propagate_avx_state(instructions: list, entry: int, bounds: list, successors: list) -> None:
+    """Give LABEL, LOAD.ARGUMENT and RETURN the SSE/AVX state they are reached with.
+
+    PeachPy's forward pass, for code without SSE instructions (the state is then True
+    after an AVX instruction, None after VZEROUPPER/VZEROALL): a depth-first walk from
+    the entry block that follows each control-flow edge once, carrying the state at the
+    end of the block it leaves. A pseudo-instruction keeps the first True it is reached
+    with and then counts as an AVX instruction itself. RETURN's state decides whether its
+    epilogue starts with VZEROUPPER. (PeachPy's two backward passes only fill states
+    still None from the code after an instruction, which for these functions can change
+    no lowering: argument loads go to general-purpose registers.)
+    """
+    def run(block: int, state):
+        start, end = bounds[block]
+        for ins in instructions[start:end]:
+            if isinstance(ins, (VZEROUPPER, VZEROALL)):
+                state = None
+            elif ins.avx_mode is None:
+                if isinstance(ins, _STATE_TAKERS):
+                    ins.avx_mode = state
+            else:  # True: the scan let no SSE instruction (False) through
+                state = True
+        return state
+
+    followed = [set() for _ in bounds]
+    stack = [(entry, run(entry, None), iter(successors[entry]))]
+    while stack:
+        block, state, pending = stack[-1]
+        for successor in pending:
+            if successor not in followed[block]:
+                followed[block].add(successor)
+                stack.append((successor, run(successor, state), iter(successors[successor])))
+                break
+        else:
+            stack.pop()
+
+
+# -- ABI lowering and encoding ----------------------------------------------------------------
+class _LeanABIFunction(_function.ABIFunction):
+    """``ABIFunction`` on the function's own instruction list, without register allocation.
+
+    Sets what PeachPy's ``__init__`` sets for a System V function with register arguments
+    and no local variables, then runs PeachPy's argument and pseudo-instruction lowering.
+    """
+
+    def __init__(self, function: _function.Function, abi, written: set[int]):  # noqa: D107
+        # ABIFunction.__init__ is not called: it deep-copies and allocates registers.
+        self.name = function.name
+        self.arguments = [_function.Argument(argument, abi) for argument in function.arguments]
+        self.result_type = function.result_type
+        self.result_offset = None
+        self.package = function.package
+        self.target = function.target
+        self.abi = abi
+        self.c_signature = function.c_signature
+        self.avx_environment = function.avx_environment
+        self._avx_prolog = None  # used only to save xmm registers, which System V never does
+        self._stack_base = rsp
+        self._stack_frame_size = 0
+        self._stack_frame_alignment = abi.stack_alignment
+        self._local_variables_size = 0
+        self._instructions = function._instructions
+        self._register_allocators = function._register_allocators
+        self._setup_unix_arguments()
+        self._update_argument_loads(function.arguments)
+        self._clobbered_registers = sorted(r for r in abi.callee_save_registers if r.physical_id in written)
+        self._update_stack_frame()
+        self._update_argument_addresses()
+        self._lower_argument_loads()
+        self._lower_pseudoinstructions()
+        # PeachPy's _filter_instruction_encodings is left out: Instruction.encode filters
+        # again, and branch encodings have no accumulator forms to filter.
+
+
+class _LeanEncodedFunction(_function.EncodedFunction):
+    """``EncodedFunction`` without the copy, encoding each instruction once."""
+
+    def __init__(self, abi_function: _LeanABIFunction):  # noqa: D107
+        # EncodedFunction.__init__ is not called: it deep-copies the instructions.
+        self.name = abi_function.name
+        self.abi = abi_function.abi
+        self.code_section = Section(SectionType.code, alignment_byte=0xCC)
+        self.code_section.alignment = 16
+        self.const_section = Section(SectionType.const_data)
+        self._instructions = abi_function._instructions
+        self._constant_symbol_map = {}
+        self._layout_literal_constants()
+        self._encode()
+
+    def _encode(self) -> None:
+        instructions = self._instructions
+        kinds = [_kind(ins) for ins in instructions]
+        for ins, kind in zip(instructions, kinds):
+            if kind is None:  # position-independent: rip-relative constants get relocations
+                ins.bytecode = ins.encode()
+        _relax_branches(instructions, kinds)
+        content = []
+        size = 0
+        for ins in instructions:
+            constant = ins.constant
+            if constant:
+                relocation = ins.relocation
+                ins.bytecode[relocation.offset:relocation.offset + 4] = bytes(4)
+                relocation.offset += size
+                relocation.program_counter += size
+                relocation.symbol = self._constant_symbol_map[constant.name]
+                self.code_section.add_relocation(relocation)
+            if ins.bytecode:
+                content.append(ins.bytecode)
+                size += len(ins.bytecode)
+        self.code_section.content = bytearray().join(content)
+
+
+def _kind(instruction) -> str | None:
+    if isinstance(instruction, LABEL):
+        return "label"
+    if isinstance(instruction, BranchInstruction) and instruction.label_name:
+        return "branch"
+    return None
+
+
+def _relax_branches(instructions: list, kinds: list) -> None:
+    """PeachPy's branch relaxation: passes over the code until every label is placed and no
+    branch had to grow from rel8 to rel32 (a grown branch stays long); a forward branch is
+    encoded against the label's address from the pass before."""
+    label_address = {}
+    long_branches = set()
+    changed = unresolved = True
+    while changed or unresolved:
+        address = 0
+        changed = unresolved = False
+        for i, (ins, kind) in enumerate(zip(instructions, kinds)):
+            if kind == "label":
+                label_address[ins.identifier] = address
+            elif kind == "branch":
+                target = label_address.get(ins.label_name)
+                unresolved |= target is None
+                was_long = i in long_branches
+                is_long, ins.bytecode = ins._encode_label_branch(address, target, long_encoding=was_long)
+                if is_long and not was_long:
+                    long_branches.add(i)
+                    changed = True
+            if ins.bytecode:
+                address += len(ins.bytecode)
