@@ -67,12 +67,110 @@ def _mend_live_register_limit() -> None:
     _function.Function._check_live_registers = check_live_registers
 
 
+def _speed_up_operand_copies() -> None:
+    """Give PeachPy's operand classes ``__copy__`` and ``__deepcopy__``.
+
+    Every instruction copies its operands (``operand.check_operand``: ``copy.copy`` of a
+    register, ``copy.deepcopy`` of a masked register, memory operand or constant name),
+    which without these methods goes through ``__reduce_ex__``, Python's slowest route:
+    a quarter of a kernel's emit time. The methods do what that route does for these
+    plain classes: a new instance (``object.__new__``) whose attributes are the old ones,
+    each deep-copied with the memo for ``__deepcopy__``. Fails loudly if a class gained
+    state handling of its own (slots, ``__new__``, pickling or copy methods).
+    """
+    import copy
+
+    from peachpy.literal import Constant
+    from peachpy.name import Name
+    from peachpy.x86_64 import operand, registers
+
+    atomic = (int, bool, str, float, type(None))  # deepcopy returns these as they are
+
+    def copy_instance(self):
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def deepcopy_instance(self, memo):
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update({key: value if type(value) in atomic else copy.deepcopy(value, memo)
+                             for key, value in self.__dict__.items()})
+        return new
+
+    copy_instance._int8jit_mended = deepcopy_instance._int8jit_mended = True
+    roots = (registers.Register, registers.RegisterMask, registers.MaskedRegister, operand.MemoryOperand,
+             operand.MemoryAddress, Constant, Name)
+    if getattr(roots[0].__dict__.get("__copy__"), "_int8jit_mended", False):
+        return
+    for cls in _with_subclasses(roots):
+        own = {"__slots__", "__new__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__copy__",
+               "__deepcopy__"}.intersection(vars(cls))
+        if own:
+            raise ImportError(f"PeachPy's {cls.__qualname__} defines {', '.join(sorted(own))}: "
+                              "jit.asm's fast operand copies would not copy it the way copy.copy does")
+    for cls in roots:
+        cls.__copy__ = copy_instance
+        cls.__deepcopy__ = deepcopy_instance
+
+
+def _with_subclasses(roots) -> list:
+    found, pending = [], list(roots)
+    while pending:
+        cls = pending.pop()
+        if cls not in found:
+            found.append(cls)
+            pending.extend(cls.__subclasses__())
+    return found
+
+
 _mend_mask_register_reconstruction()
 _mend_live_register_limit()
+_speed_up_operand_copies()
 
 from peachpy import *  # noqa: E402,F401,F403
 from peachpy.x86_64 import *  # noqa: E402,F401,F403
 from jit.vnni import *  # noqa: E402,F401,F403
+
+
+def _speed_up_check_operand() -> None:
+    """Route the two commonest operands around PeachPy's ``check_operand``.
+
+    Instruction constructors pass every operand through ``operand.check_operand``, which
+    runs seven ``import`` statements before an ``isinstance`` ladder: a register (three of
+    four operands) comes back as ``copy.copy(register)`` and a ``[address]`` list as
+    ``MemoryOperand(address)``. The front end returns exactly those for those two and hands
+    everything else to PeachPy's function. The instruction modules bound the function at
+    import, so each binding (PeachPy's and jit.vnni's) is replaced.
+    """
+    import copy
+
+    from peachpy.x86_64 import operand, registers
+
+    original = operand.check_operand
+    if getattr(original, "_int8jit_mended", False):
+        return
+    register_types = frozenset(_with_subclasses((registers.Register,)))
+    memory_operand = operand.MemoryOperand
+
+    def check_operand(value):
+        kind = type(value)
+        if kind in register_types:
+            return copy.copy(value)
+        if kind is list and len(value) == 1:
+            return memory_operand(value[0])
+        return original(value)
+
+    check_operand._int8jit_mended = True
+    modules = [m for m in list(sys.modules.values()) if getattr(m, "check_operand", None) is original]
+    if "peachpy.x86_64.avx" not in {m.__name__ for m in modules}:
+        raise ImportError("PeachPy's instruction modules no longer bind operand.check_operand: "
+                          "jit.asm's front end would not be used")
+    for module in modules:
+        module.check_operand = check_operand
+
+
+_speed_up_check_operand()
 
 
 class Label(Label):  # noqa: F405 - PeachPy's, from the star import above

@@ -36,10 +36,11 @@ from peachpy.x86_64.abi import system_v_x86_64_abi
 from peachpy.x86_64.avx import VZEROALL, VZEROUPPER
 from peachpy.x86_64.generic import RET
 from peachpy.x86_64.instructions import BranchInstruction
+from peachpy.encoder import Encoder
 from peachpy.x86_64.meta import Section, SectionType
 from peachpy.x86_64.operand import MemoryOperand, get_operand_registers
 from peachpy.x86_64.pseudo import LABEL, LOAD, RETURN
-from peachpy.x86_64.registers import GeneralPurposeRegister, rsp
+from peachpy.x86_64.registers import GeneralPurposeRegister, Register, rsp
 
 _GPR_MASK = 0xF  # register-mask bits of the general-purpose (sub)registers
 _MAX_REGISTER_ARGUMENTS = 6  # System V: rdi, rsi, rdx, rcx, r8, r9
@@ -102,23 +103,32 @@ def _scan(function: _function.Function, abi) -> set[int] | None:
         return None
     written: set[int] = set()
     for instruction in function._instructions:
-        if instruction.avx_mode is False or not _plain_pseudo(instruction):
+        if instruction.avx_mode is False:
             return None
-        for operand in instruction.operands:
-            if not _physical(operand):
+        if type(instruction).__module__ == _PSEUDO_MODULE and not _plain_pseudo(instruction):
+            return None
+        # Written registers as PeachPy's clobber analysis reads them (output_registers_masks).
+        outputs = instruction.out_regs
+        for k, operand in enumerate(instruction.operands):
+            output = k < len(outputs) and outputs[k]
+            if isinstance(operand, Register):  # most operands: checked without building lists
+                if operand.physical_id is None:
+                    return None
+                if output and operand.mask & _GPR_MASK:
+                    written.add(operand.physical_id)
+            elif not _physical(operand):
                 return None
-        # The registers PeachPy's clobber analysis reads (Instruction.output_registers_masks).
-        for is_output, operand in zip(instruction.out_regs, instruction.operands):
-            if is_output:
+            elif output:
                 written.update(r.physical_id for r in get_operand_registers(operand) if r.mask & _GPR_MASK)
-        written.update(i for i, mask in instruction._implicit_out_regs.items() if mask & _GPR_MASK)
+        if instruction._implicit_out_regs:
+            written.update(i for i, mask in instruction._implicit_out_regs.items() if mask & _GPR_MASK)
     return written
 
 
 def _plain_pseudo(instruction) -> bool:
     """False for the pseudo-instructions the lean path does not lower."""
     kind = type(instruction)
-    if kind.__module__ != _PSEUDO_MODULE or kind is LABEL:
+    if kind is LABEL:
         return True
     if kind is RETURN:
         return not instruction.operands
@@ -263,7 +273,11 @@ class _LeanABIFunction(_function.ABIFunction):
 
 
 class _LeanEncodedFunction(_function.EncodedFunction):
-    """``EncodedFunction`` without the copy, encoding each instruction once."""
+    """``EncodedFunction`` without the copy, encoding each instruction once.
+
+    PeachPy's constant layout and relocation steps ask each instruction for its constant
+    (a generator over the operands) four times; here it is asked once.
+    """
 
     def __init__(self, abi_function: _LeanABIFunction):  # noqa: D107
         # EncodedFunction.__init__ is not called: it deep-copies the instructions.
@@ -273,11 +287,34 @@ class _LeanEncodedFunction(_function.EncodedFunction):
         self.code_section.alignment = 16
         self.const_section = Section(SectionType.const_data)
         self._instructions = abi_function._instructions
-        self._constant_symbol_map = {}
-        self._layout_literal_constants()
-        self._encode()
+        constants = [ins.constant for ins in self._instructions]
+        offsets = self._layout_constants([c for c in constants if c is not None])
+        self._encode_all(constants, offsets)
 
-    def _encode(self) -> None:
+    def _layout_constants(self, constants: list) -> dict:
+        """PeachPy's ``_layout_literal_constants``: each distinct value once, in order of first
+        use, all of one size and alignment; the offset of each constant's name (first use wins)."""
+        offsets = {}
+        if not constants:
+            return offsets
+        size = max(c.size for c in constants)
+        alignment = max(c.alignment for c in constants)
+        self.const_section.alignment = alignment
+        encoder = Encoder(self.abi.endianness)
+        placed = {}
+        content = bytearray()
+        for constant in constants:
+            value = bytes(constant.encode(encoder))
+            if value not in placed:
+                if constant.size != size or constant.alignment != alignment:
+                    raise ValueError(f"constant {constant}: PeachPy lays out constants of one size and alignment only")
+                placed[value] = len(content)
+                content += value
+            offsets.setdefault(constant.name, placed[value])
+        self.const_section.content = content
+        return offsets
+
+    def _encode_all(self, constants: list, offsets: dict) -> None:
         instructions = self._instructions
         kinds = [_kind(ins) for ins in instructions]
         for ins, kind in zip(instructions, kinds):
@@ -286,19 +323,25 @@ class _LeanEncodedFunction(_function.EncodedFunction):
         _relax_branches(instructions, kinds)
         content = []
         size = 0
-        for ins in instructions:
-            constant = ins.constant
-            if constant:
+        for ins, constant in zip(instructions, constants):
+            if constant is not None:
                 relocation = ins.relocation
                 ins.bytecode[relocation.offset:relocation.offset + 4] = bytes(4)
                 relocation.offset += size
                 relocation.program_counter += size
-                relocation.symbol = self._constant_symbol_map[constant.name]
-                self.code_section.add_relocation(relocation)
+                relocation.symbol = _ConstantAt(offsets[constant.name])
+                self.code_section.relocations.append(relocation)
             if ins.bytecode:
                 content.append(ins.bytecode)
                 size += len(ins.bytecode)
         self.code_section.content = bytearray().join(content)
+
+
+@dataclass(frozen=True)
+class _ConstantAt:
+    """Where a relocation points: PeachPy's constant ``Symbol``, reduced to its offset."""
+
+    offset: int
 
 
 def _kind(instruction) -> str | None:
