@@ -6,8 +6,9 @@ PeachPy's ``Label`` with one that is named cheaply (:class:`Label`).
 """
 from __future__ import annotations
 
-import linecache
-import sys
+import copy as _copy
+import linecache as _linecache
+import sys as _sys
 
 try:
     import peachpy.x86_64.registers as _registers
@@ -67,41 +68,44 @@ def _mend_live_register_limit() -> None:
     _function.Function._check_live_registers = check_live_registers
 
 
+_ATOMIC = (int, bool, str, float, type(None))  # copy.deepcopy returns these as they are
+
+
+def _copy_instance(self):
+    """What ``copy.copy`` does for a plain instance: a new one with the same attributes."""
+    new = object.__new__(type(self))
+    new.__dict__.update(self.__dict__)
+    return new
+
+
+def _deepcopy_instance(self, memo):
+    """What ``copy.deepcopy`` does for a plain instance: a new one (in the memo first), its
+    attributes deep-copied with the memo."""
+    new = object.__new__(type(self))
+    memo[id(self)] = new
+    new.__dict__.update({key: value if type(value) in _ATOMIC else _copy.deepcopy(value, memo)
+                         for key, value in self.__dict__.items()})
+    return new
+
+
 def _speed_up_operand_copies() -> None:
     """Give PeachPy's operand classes ``__copy__`` and ``__deepcopy__``.
 
     Every instruction copies its operands (``operand.check_operand``: ``copy.copy`` of a
     register, ``copy.deepcopy`` of a masked register, memory operand or constant name),
     which without these methods goes through ``__reduce_ex__``, Python's slowest route:
-    a quarter of a kernel's emit time. The methods do what that route does for these
-    plain classes: a new instance (``object.__new__``) whose attributes are the old ones,
-    each deep-copied with the memo for ``__deepcopy__``. Fails loudly if a class gained
-    state handling of its own (slots, ``__new__``, pickling or copy methods).
+    a quarter of a kernel's emit time. :func:`_copy_instance` and
+    :func:`_deepcopy_instance` do what that route does for these plain classes. Fails
+    loudly if a class gained state handling of its own (slots, ``__new__``, pickling or
+    copy methods), where that would no longer hold.
     """
-    import copy
-
     from peachpy.literal import Constant
     from peachpy.name import Name
     from peachpy.x86_64 import operand, registers
 
-    atomic = (int, bool, str, float, type(None))  # deepcopy returns these as they are
-
-    def copy_instance(self):
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        return new
-
-    def deepcopy_instance(self, memo):
-        new = object.__new__(type(self))
-        memo[id(self)] = new
-        new.__dict__.update({key: value if type(value) in atomic else copy.deepcopy(value, memo)
-                             for key, value in self.__dict__.items()})
-        return new
-
-    copy_instance._int8jit_mended = deepcopy_instance._int8jit_mended = True
     roots = (registers.Register, registers.RegisterMask, registers.MaskedRegister, operand.MemoryOperand,
              operand.MemoryAddress, Constant, Name)
-    if getattr(roots[0].__dict__.get("__copy__"), "_int8jit_mended", False):
+    if roots[0].__dict__.get("__copy__") is _copy_instance:
         return
     for cls in _with_subclasses(roots):
         own = {"__slots__", "__new__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__copy__",
@@ -110,8 +114,8 @@ def _speed_up_operand_copies() -> None:
             raise ImportError(f"PeachPy's {cls.__qualname__} defines {', '.join(sorted(own))}: "
                               "jit.asm's fast operand copies would not copy it the way copy.copy does")
     for cls in roots:
-        cls.__copy__ = copy_instance
-        cls.__deepcopy__ = deepcopy_instance
+        cls.__copy__ = _copy_instance
+        cls.__deepcopy__ = _deepcopy_instance
 
 
 def _with_subclasses(roots) -> list:
@@ -139,12 +143,11 @@ def _speed_up_check_operand() -> None:
     Instruction constructors pass every operand through ``operand.check_operand``, which
     runs seven ``import`` statements before an ``isinstance`` ladder: a register (three of
     four operands) comes back as ``copy.copy(register)`` and a ``[address]`` list as
-    ``MemoryOperand(address)``. The front end returns exactly those for those two and hands
-    everything else to PeachPy's function. The instruction modules bound the function at
-    import, so each binding (PeachPy's and jit.vnni's) is replaced.
+    ``MemoryOperand(address)``. The front end returns exactly those for those two (the
+    copy made directly, as ``copy.copy`` would through ``__copy__``) and hands everything
+    else to PeachPy's function. The instruction modules bound the function at import, so
+    each binding (PeachPy's and jit.vnni's) is replaced.
     """
-    import copy
-
     from peachpy.x86_64 import operand, registers
 
     original = operand.check_operand
@@ -156,13 +159,13 @@ def _speed_up_check_operand() -> None:
     def check_operand(value):
         kind = type(value)
         if kind in register_types:
-            return copy.copy(value)
+            return _copy_instance(value)
         if kind is list and len(value) == 1:
             return memory_operand(value[0])
         return original(value)
 
     check_operand._int8jit_mended = True
-    modules = [m for m in list(sys.modules.values()) if getattr(m, "check_operand", None) is original]
+    modules = [m for m in list(_sys.modules.values()) if getattr(m, "check_operand", None) is original]
     if "peachpy.x86_64.avx" not in {m.__name__ for m in modules}:
         raise ImportError("PeachPy's instruction modules no longer bind operand.check_operand: "
                           "jit.asm's front end would not be used")
@@ -187,7 +190,7 @@ class Label(Label):  # noqa: F405 - PeachPy's, from the star import above
         if name is None:
             from peachpy.name import Name
 
-            name = (Name(prename=_assigned_name(sys._getframe(1), "Label")),)
+            name = (Name(prename=_assigned_name(_sys._getframe(1), "Label")),)
         super().__init__(name)
 
 
@@ -197,7 +200,7 @@ def _assigned_name(frame, constructor: str) -> str | None:
     from peachpy.parse import parse_assigned_variable_name
 
     code = frame.f_code
-    line = linecache.getline(code.co_filename, frame.f_lineno)
+    line = _linecache.getline(code.co_filename, frame.f_lineno)
     # The shape of inspect.stack()'s entries: (frame, file, line number, function, context lines, index)
     caller = (frame, code.co_filename, frame.f_lineno, code.co_name, [line] if line else None, 0)
     return parse_assigned_variable_name([None, caller], constructor)

@@ -35,18 +35,42 @@ import peachpy.x86_64.options as _options
 from peachpy.x86_64.abi import system_v_x86_64_abi
 from peachpy.x86_64.avx import VZEROALL, VZEROUPPER
 from peachpy.x86_64.generic import RET
-from peachpy.x86_64.instructions import BranchInstruction
+from peachpy.x86_64.instructions import BranchInstruction, Instruction
 from peachpy.encoder import Encoder
 from peachpy.x86_64.meta import Section, SectionType
-from peachpy.x86_64.operand import MemoryOperand, get_operand_registers
+from peachpy.literal import Constant
+from peachpy.x86_64.operand import MemoryAddress, MemoryOperand, RIPRelativeOffset, get_operand_registers
 from peachpy.x86_64.pseudo import LABEL, LOAD, RETURN
-from peachpy.x86_64.registers import GeneralPurposeRegister, Register, rsp
+from peachpy.x86_64.registers import GeneralPurposeRegister, MaskedRegister, Register, rsp
 
 _GPR_MASK = 0xF  # register-mask bits of the general-purpose (sub)registers
 _MAX_REGISTER_ARGUMENTS = 6  # System V: rdi, rsi, rdx, rcx, r8, r9
 _PSEUDO_MODULE = LABEL.__module__
 # Pseudo-instructions the forward SSE/AVX pass gives the state it reaches them with.
 _STATE_TAKERS = (LOAD.ARGUMENT, RETURN, RET, LABEL)
+
+
+class KernelFunction(_function.Function):
+    """PeachPy's ``Function`` with an ``add_instruction`` that finds an instruction's constant
+    without ``Instruction.constant`` (a generator and two imports per instruction)."""
+
+    def add_instruction(self, instruction) -> None:
+        # The steps of PeachPy's add_instruction, in its order and with its errors.
+        if instruction is None:
+            return
+        if not isinstance(instruction, Instruction):
+            raise TypeError("Instruction object expected")
+        if isinstance(instruction, LABEL):
+            self._scope.add_scoped_name(instruction.identifier)
+            self._label_names.add(instruction.identifier)
+        constant = _constant_of(instruction)
+        if constant is not None:
+            self._scope.add_scoped_name(constant.name)
+        for extension in instruction.isa_extensions:
+            if self.target is not None and extension not in self.target.extensions:
+                raise ValueError("{0} is not supported on the target microarchitecture".format(extension))
+        instruction._indent_level = self._indent_level
+        self._instructions.append(instruction)
 
 
 @dataclass(frozen=True)
@@ -287,7 +311,7 @@ class _LeanEncodedFunction(_function.EncodedFunction):
         self.code_section.alignment = 16
         self.const_section = Section(SectionType.const_data)
         self._instructions = abi_function._instructions
-        constants = [ins.constant for ins in self._instructions]
+        constants = [_constant_of(ins) for ins in self._instructions]
         offsets = self._layout_constants([c for c in constants if c is not None])
         self._encode_all(constants, offsets)
 
@@ -317,9 +341,7 @@ class _LeanEncodedFunction(_function.EncodedFunction):
     def _encode_all(self, constants: list, offsets: dict) -> None:
         instructions = self._instructions
         kinds = [_kind(ins) for ins in instructions]
-        for ins, kind in zip(instructions, kinds):
-            if kind is None:  # position-independent: rip-relative constants get relocations
-                ins.bytecode = ins.encode()
+        _encode_once(ins for ins, kind in zip(instructions, kinds) if kind is None)
         _relax_branches(instructions, kinds)
         content = []
         size = 0
@@ -342,6 +364,88 @@ class _ConstantAt:
     """Where a relocation points: PeachPy's constant ``Symbol``, reduced to its offset."""
 
     offset: int
+
+
+def _encode_once(instructions) -> None:
+    """Set each instruction's bytes, encoding each distinct instruction once.
+
+    These instructions do not depend on their address (rip-relative constants are
+    encoded with displacement 0 and get relocations). ``Instruction.encode`` is a function
+    of the instruction's encoders and its operands' fields, both in :func:`_encoding_key`;
+    a kernel repeats most of its instructions (one in six to ten is distinct), so the
+    bytes of an equal key are reused.
+    """
+    done: dict[tuple, bytes] = {}
+    for ins in instructions:
+        key = _encoding_key(ins)
+        if key is None:
+            ins.bytecode = ins.encode()
+            continue
+        code = done.get(key)
+        if code is None:
+            code = done[key] = bytes(ins.encode())
+        ins.bytecode = bytearray(code)  # its own copy: relocations zero constant displacements in place
+
+
+def _encoding_key(instruction) -> tuple | None:
+    """Everything ``Instruction.encode`` reads, or None where an operand or encoder is of a
+    kind this does not describe (the instruction is then encoded on its own)."""
+    encoders = []
+    for flags, encode in instruction.encodings:
+        cells = tuple(cell.cell_contents for cell in encode.__closure__) if encode.__closure__ else ()
+        if any(type(value) not in _ATOMIC for value in cells):
+            return None
+        encoders.append((flags, encode.__code__, encode.__defaults__, encode.__kwdefaults__ and
+                         tuple(sorted(encode.__kwdefaults__.items())), cells))
+    operands = []
+    for operand in instruction.operands:
+        key = _operand_key(operand)
+        if key is None:
+            return None
+        operands.append(key)
+    return type(instruction), tuple(encoders), tuple(operands)
+
+
+_ATOMIC = (int, bool, str, type(None))
+
+
+def _operand_key(operand) -> tuple | None:
+    """The fields of an operand the encoders read (register numbers and kinds, address
+    parts, masks, broadcast, immediates); None for other operand kinds."""
+    kind = type(operand)
+    if kind is int:
+        return (int, operand)
+    if isinstance(operand, Register):
+        return _register_key(operand)
+    if kind is MemoryOperand:
+        address = operand.address
+        if type(address) is MemoryAddress:
+            where = (_register_key(address.base), _register_key(address.index), address.scale, address.displacement)
+        elif type(address) is RIPRelativeOffset:
+            where = ("rip", address.offset)
+        else:
+            return None
+        symbol = operand.symbol
+        if symbol is not None and not isinstance(symbol, Constant):
+            return None  # a constant's bytes do not depend on which constant: displacement 0
+        mask = operand.mask and (_register_key(operand.mask.mask_register), operand.mask.is_zeroing)
+        return (kind, operand.size, operand.broadcast, mask, where, symbol is not None)
+    if kind is MaskedRegister:
+        return (kind, _register_key(operand.register), _register_key(operand.mask.mask_register),
+                operand.mask.is_zeroing)
+    return None
+
+
+def _register_key(register) -> tuple | None:
+    return register and (type(register), register.mask, register.physical_id)
+
+
+def _constant_of(instruction):
+    """``Instruction.constant`` without its generator and imports."""
+    for operand in instruction.operands:
+        if type(operand) is MemoryOperand and isinstance(operand.symbol, Constant):
+            return operand.symbol
+    return None
 
 
 def _kind(instruction) -> str | None:

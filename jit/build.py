@@ -43,7 +43,7 @@ def generate(
     from jit import asm, backend
     from jit.isa_targets import target_for
 
-    function = asm.Function(name, tuple(arguments), None, target=target_for(isa))
+    function = backend.KernelFunction(name, tuple(arguments), None, target=target_for(isa))
     function.attach()
     try:
         emit()
