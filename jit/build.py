@@ -43,14 +43,17 @@ def generate(
     from jit import asm, backend
     from jit.isa_targets import target_for
 
-    function = backend.KernelFunction(name, tuple(arguments), None, target=target_for(isa))
-    function.attach()
+    if _reference_backend:
+        function_type, assemble = asm.Function, backend.assemble_reference
+    else:
+        function_type, assemble = backend.KernelFunction, backend.assemble
+    function = function_type(name, tuple(arguments), None, target=target_for(isa))
+    function.attach()  # what `with function:` does, with the exit left to `assemble`
     try:
         emit()
     except BaseException:
         function.detach()
         raise
-    assemble = backend.assemble_reference if _reference_backend else backend.assemble
     assembled = assemble(function, asm.abi.system_v_x86_64_abi)
     return GeneratedCode(
         name=name,
@@ -69,7 +72,8 @@ _reference_backend = False
 
 @contextlib.contextmanager
 def reference_backend() -> Iterator[None]:
-    """Generate through PeachPy's own pipeline inside the block (tests compare the bytes)."""
+    """Generate through PeachPy's own ``Function`` and pipeline inside the block (tests
+    compare its bytes with :func:`jit.backend.assemble`'s)."""
     global _reference_backend
     saved, _reference_backend = _reference_backend, True
     try:
