@@ -5,40 +5,41 @@ virtual registers: leaving ``with Function`` runs liveness analysis, register
 allocation and live-register checks over every instruction; ``finalize`` deep-copies
 the instruction list, allocates registers and lowers the ABI pseudo-instructions;
 ``encode`` deep-copies the list again and encodes every instruction anew on each pass
-of branch relaxation. For a GEMM kernel of ~3000 instructions that was 1.5-2 s, almost
+of branch relaxation. For a GEMM kernel of ~3000 instructions that was 1-2 s, almost
 all of it work whose outcome is known in advance when every register is physical.
 
-:func:`assemble` keeps the steps whose outcome matters, calling PeachPy's own methods
-where they are cheap, on the one instruction list (no copies):
+:func:`assemble` keeps the steps whose outcome matters, on the one instruction list (no
+copies), calling PeachPy's own methods where they are cheap:
 
 * labels: PeachPy's default entry label, undefined-label check, unused-label removal
   and naming (``Function`` methods);
 * the forward SSE/AVX state pass, which decides whether a RETURN gets a VZEROUPPER
   (:func:`_propagate_avx_state`, PeachPy's algorithm for code without SSE instructions);
 * the callee-saved registers the code writes (:func:`_scan`), then PeachPy's own
-  argument and RETURN lowering (prologue and epilogue) through ``ABIFunction`` methods;
-* PeachPy's constant layout, then encoding: each instruction once, then PeachPy's
-  branch relaxation over the cached bytes (:class:`_LeanEncodedFunction`).
+  argument and RETURN lowering (prologue and epilogue) through ``ABIFunction`` methods
+  (:class:`_LeanABIFunction`);
+* PeachPy's constant layout, encoding, branch relaxation and relocations
+  (:func:`_encode`), each distinct instruction encoded once, then its listing.
 
 Anything outside that case (virtual registers, local variables, stack arguments, a
 return value, SSE instructions, other pseudo-instructions, another ABI) goes through
 PeachPy's pipeline unchanged (:func:`assemble_reference`), which the tests also use to
-check that both produce the same bytes.
+check that both produce the same bytes (tests/test_build_speed.py).
 """
 from __future__ import annotations
 
 import bisect
+import os
 from dataclasses import dataclass
 
 import peachpy.x86_64.function as _function
 import peachpy.x86_64.options as _options
+from peachpy.encoder import Encoder
+from peachpy.literal import Constant
 from peachpy.x86_64.abi import system_v_x86_64_abi
 from peachpy.x86_64.avx import VZEROALL, VZEROUPPER
 from peachpy.x86_64.generic import RET
 from peachpy.x86_64.instructions import BranchInstruction, Instruction
-from peachpy.encoder import Encoder
-from peachpy.x86_64.meta import Section, SectionType
-from peachpy.literal import Constant
 from peachpy.x86_64.operand import MemoryAddress, MemoryOperand, RIPRelativeOffset, get_operand_registers
 from peachpy.x86_64.pseudo import LABEL, LOAD, RETURN
 from peachpy.x86_64.registers import GeneralPurposeRegister, MaskedRegister, Register, rsp
@@ -94,24 +95,41 @@ def assemble(function: _function.Function, abi=system_v_x86_64_abi) -> Assembled
     function._remove_unused_labels()
     _propagate_avx_state(function._instructions, *_control_flow(function))
     function._scope.assign_names()
-    abi_function = _LeanABIFunction(function, abi, written)
-    return _assembled(_LeanEncodedFunction(abi_function), abi_function)
+    return _encode(_LeanABIFunction(function, abi, written)._instructions, abi)
 
 
 def assemble_reference(function: _function.Function, abi=system_v_x86_64_abi) -> Assembled:
     """PeachPy's own pipeline: ``with`` exit, ``finalize`` and ``encode``."""
     function.__exit__(None, None, None)
     abi_function = function.finalize(abi)
-    return _assembled(abi_function.encode(), abi_function)
-
-
-def _assembled(encoded: _function.EncodedFunction, abi_function: _function.ABIFunction) -> Assembled:
+    encoded = abi_function.encode()
     return Assembled(
         code=bytes(encoded.code_section.content),
         const=bytes(encoded.const_section.content),
         relocations=tuple((r.offset, r.program_counter, r.symbol.offset) for r in encoded.code_section.relocations),
         listing=abi_function.format(),
     )
+
+
+def _listing(instructions: list, keys: list) -> str:
+    """``ABIFunction.format()``: each instruction's PeachPy-syntax line.
+
+    An instruction with an encoding key prints what its key's fields print (mnemonic,
+    registers, address parts, immediates), so its line is reused for an equal key at the
+    same indentation; a masked register prints as its object's address and is never reused.
+    """
+    lines = []
+    done: dict[tuple, str] = {}
+    for number, (ins, key) in enumerate(zip(instructions, keys), start=1):
+        if key is None or any(type(operand) is MaskedRegister for operand in ins.operands):
+            lines.append(ins.format("peachpy", indent=True, line_number=number))
+            continue
+        key = (key, ins.name, ins._indent_level)
+        line = done.get(key)
+        if line is None:
+            line = done[key] = ins.format("peachpy", indent=True, line_number=number)
+        lines.append(line)
+    return os.linesep.join(lines)
 
 
 # -- which functions qualify ---------------------------------------------------------------
@@ -296,78 +314,77 @@ class _LeanABIFunction(_function.ABIFunction):
         # again, and branch encodings have no accumulator forms to filter.
 
 
-class _LeanEncodedFunction(_function.EncodedFunction):
-    """``EncodedFunction`` without the copy, encoding each instruction once.
+def _encode(instructions: list, abi) -> Assembled:
+    """What PeachPy's ``EncodedFunction`` and ``ABIFunction.format`` make of the lowered
+    instructions, on the list itself (PeachPy deep-copies it), asking each instruction for
+    its constant once (PeachPy asks four times, through a generator with imports)."""
+    constants = [_constant_of(ins) for ins in instructions]
+    const, offsets = _layout_constants([c for c in constants if c is not None], abi)
+    kinds = [_kind(ins) for ins in instructions]
+    keys = _encode_once(instructions, kinds)
+    _relax_branches(instructions, kinds)
+    code, relocations = _link(instructions, constants, keys, offsets)
+    return Assembled(code, const, relocations, _listing(instructions, keys))
 
-    PeachPy's constant layout and relocation steps ask each instruction for its constant
-    (a generator over the operands) four times; here it is asked once.
-    """
 
-    def __init__(self, abi_function: _LeanABIFunction):  # noqa: D107
-        # EncodedFunction.__init__ is not called: it deep-copies the instructions.
-        self.name = abi_function.name
-        self.abi = abi_function.abi
-        self.code_section = Section(SectionType.code, alignment_byte=0xCC)
-        self.code_section.alignment = 16
-        self.const_section = Section(SectionType.const_data)
-        self._instructions = abi_function._instructions
-        constants = [_constant_of(ins) for ins in self._instructions]
-        offsets = self._layout_constants([c for c in constants if c is not None])
-        self._encode_all(constants, offsets)
-
-    def _layout_constants(self, constants: list) -> dict:
-        """PeachPy's ``_layout_literal_constants``: each distinct value once, in order of first
-        use, all of one size and alignment; the offset of each constant's name (first use wins)."""
-        offsets = {}
-        if not constants:
-            return offsets
-        size = max(c.size for c in constants)
-        alignment = max(c.alignment for c in constants)
-        self.const_section.alignment = alignment
-        encoder = Encoder(self.abi.endianness)
-        placed = {}
-        content = bytearray()
-        for constant in constants:
+def _layout_constants(constants: list, abi) -> tuple[bytes, dict]:
+    """PeachPy's ``_layout_literal_constants``: each distinct value once, in order of first
+    use, all of one size and alignment. Returns the section and the offset of each
+    constant's name (its first use wins)."""
+    offsets: dict = {}
+    if not constants:
+        return b"", offsets
+    size = max(c.size for c in constants)
+    alignment = max(c.alignment for c in constants)
+    encoder = Encoder(abi.endianness)
+    encoded: dict[tuple, bytes] = {}  # integer data -> bytes: kernels repeat their constants
+    placed: dict[bytes, int] = {}
+    content = bytearray()
+    for constant in constants:
+        data = constant.data
+        key = (constant.size, constant.repeats, data) if all(type(x) is int for x in data) else None
+        value = encoded.get(key) if key else None
+        if value is None:
             value = bytes(constant.encode(encoder))
-            if value not in placed:
-                if constant.size != size or constant.alignment != alignment:
-                    raise ValueError(f"constant {constant}: PeachPy lays out constants of one size and alignment only")
-                placed[value] = len(content)
-                content += value
-            offsets.setdefault(constant.name, placed[value])
-        self.const_section.content = content
-        return offsets
-
-    def _encode_all(self, constants: list, offsets: dict) -> None:
-        instructions = self._instructions
-        kinds = [_kind(ins) for ins in instructions]
-        _encode_once(ins for ins, kind in zip(instructions, kinds) if kind is None)
-        _relax_branches(instructions, kinds)
-        content = []
-        size = 0
-        for ins, constant in zip(instructions, constants):
-            if constant is not None:
-                relocation = ins.relocation
-                ins.bytecode[relocation.offset:relocation.offset + 4] = bytes(4)
-                relocation.offset += size
-                relocation.program_counter += size
-                relocation.symbol = _ConstantAt(offsets[constant.name])
-                self.code_section.relocations.append(relocation)
-            if ins.bytecode:
-                content.append(ins.bytecode)
-                size += len(ins.bytecode)
-        self.code_section.content = bytearray().join(content)
+            if key:
+                encoded[key] = value
+        if value not in placed:
+            if constant.size != size or constant.alignment != alignment:
+                raise ValueError(f"constant {constant}: PeachPy lays out constants of one size and alignment only")
+            placed[value] = len(content)
+            content += value
+        offsets.setdefault(constant.name, placed[value])
+    return bytes(content), offsets
 
 
-@dataclass(frozen=True)
-class _ConstantAt:
-    """Where a relocation points: PeachPy's constant ``Symbol``, reduced to its offset."""
+def _link(instructions: list, constants: list, keys: list, offsets: dict) -> tuple[bytes, tuple]:
+    """The code, and a relocation (disp32 offset, program counter, constant offset) for each
+    rip-relative constant, whose displacement is zeroed as PeachPy does. Where the
+    displacement sits follows from the bytes, so it is found once per encoding key."""
+    content = []
+    relocations = []
+    size = 0
+    places: dict[tuple, tuple[int, int]] = {}
+    for ins, constant, key in zip(instructions, constants, keys):
+        if constant is not None:
+            place = places.get(key) if key is not None else None
+            if place is None:
+                relocation = ins.relocation  # PeachPy finds the ModR/M byte in the bytes
+                place = (relocation.offset, relocation.program_counter)
+                if key is not None:
+                    places[key] = place
+            offset, end = place
+            ins.bytecode[offset:offset + 4] = bytes(4)
+            relocations.append((size + offset, size + end, offsets[constant.name]))
+        if ins.bytecode:
+            content.append(ins.bytecode)
+            size += len(ins.bytecode)
+    return bytes(bytearray().join(content)), tuple(relocations)
 
-    offset: int
 
-
-def _encode_once(instructions) -> None:
-    """Set each instruction's bytes, encoding each distinct instruction once.
+def _encode_once(instructions: list, kinds: list) -> list:
+    """Set the bytes of the instructions that are not labels or branches, encoding each
+    distinct one once; return their encoding keys (None for the rest).
 
     These instructions do not depend on their address (rip-relative constants are
     encoded with displacement 0 and get relocations). ``Instruction.encode`` is a function
@@ -375,9 +392,13 @@ def _encode_once(instructions) -> None:
     a kernel repeats most of its instructions (one in six to ten is distinct), so the
     bytes of an equal key are reused.
     """
+    keys = []
     done: dict[tuple, bytes] = {}
-    for ins in instructions:
-        key = _encoding_key(ins)
+    for ins, kind in zip(instructions, kinds):
+        key = None if kind is not None else _encoding_key(ins)
+        keys.append(key)
+        if kind is not None:
+            continue
         if key is None:
             ins.bytecode = ins.encode()
             continue
@@ -385,6 +406,7 @@ def _encode_once(instructions) -> None:
         if code is None:
             code = done[key] = bytes(ins.encode())
         ins.bytecode = bytearray(code)  # its own copy: relocations zero constant displacements in place
+    return keys
 
 
 def _encoding_key(instruction) -> tuple | None:
@@ -459,23 +481,32 @@ def _kind(instruction) -> str | None:
 def _relax_branches(instructions: list, kinds: list) -> None:
     """PeachPy's branch relaxation: passes over the code until every label is placed and no
     branch had to grow from rel8 to rel32 (a grown branch stays long); a forward branch is
-    encoded against the label's address from the pass before."""
+    encoded against the label's address from the pass before. The other instructions'
+    sizes are fixed, so a pass only visits labels and branches, adding the bytes between."""
+    points = []  # (index, instruction, label name or None for a LABEL, bytes since the previous point)
+    gap = 0
+    for i, (ins, kind) in enumerate(zip(instructions, kinds)):
+        if kind is None:
+            gap += len(ins.bytecode) if ins.bytecode else 0
+        else:
+            points.append((i, ins, ins.label_name if kind == "branch" else None, gap))
+            gap = 0
     label_address = {}
     long_branches = set()
     changed = unresolved = True
     while changed or unresolved:
         address = 0
         changed = unresolved = False
-        for i, (ins, kind) in enumerate(zip(instructions, kinds)):
-            if kind == "label":
+        for i, ins, target_name, gap in points:
+            address += gap
+            if target_name is None:
                 label_address[ins.identifier] = address
-            elif kind == "branch":
-                target = label_address.get(ins.label_name)
-                unresolved |= target is None
-                was_long = i in long_branches
-                is_long, ins.bytecode = ins._encode_label_branch(address, target, long_encoding=was_long)
-                if is_long and not was_long:
-                    long_branches.add(i)
-                    changed = True
-            if ins.bytecode:
-                address += len(ins.bytecode)
+                continue
+            target = label_address.get(target_name)
+            unresolved |= target is None
+            was_long = i in long_branches
+            is_long, ins.bytecode = ins._encode_label_branch(address, target, long_encoding=was_long)
+            if is_long and not was_long:
+                long_branches.add(i)
+                changed = True
+            address += len(ins.bytecode) if ins.bytecode else 0
