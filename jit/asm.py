@@ -128,9 +128,29 @@ def _with_subclasses(roots) -> list:
     return found
 
 
+def _speed_up_debug_level() -> None:
+    """Every instruction constructor asks ``options.get_debug_level()``, which imports the
+    active function on each call; read the same two values without the import."""
+    import peachpy.common.function as active
+    from peachpy.x86_64 import options
+
+    if getattr(options.get_debug_level, "_int8jit_mended", False):
+        return
+    if not hasattr(active, "active_function") or not hasattr(options, "debug_level"):
+        raise ImportError("PeachPy's options.get_debug_level reads state jit.asm does not find")
+
+    def get_debug_level():
+        function = active.active_function
+        return options.debug_level if function is None else function.debug_level
+
+    get_debug_level._int8jit_mended = True
+    options.get_debug_level = get_debug_level
+
+
 _mend_mask_register_reconstruction()
 _mend_live_register_limit()
 _speed_up_operand_copies()
+_speed_up_debug_level()
 
 from peachpy import *  # noqa: E402,F401,F403
 from peachpy.x86_64 import *  # noqa: E402,F401,F403
@@ -138,15 +158,17 @@ from jit.vnni import *  # noqa: E402,F401,F403
 
 
 def _speed_up_check_operand() -> None:
-    """Route the two commonest operands around PeachPy's ``check_operand``.
+    """Route the commonest operands around PeachPy's ``check_operand``.
 
     Instruction constructors pass every operand through ``operand.check_operand``, which
     runs seven ``import`` statements before an ``isinstance`` ladder: a register (three of
-    four operands) comes back as ``copy.copy(register)`` and a ``[address]`` list as
-    ``MemoryOperand(address)``. The front end returns exactly those for those two (the
-    copy made directly, as ``copy.copy`` would through ``__copy__``) and hands everything
-    else to PeachPy's function. The instruction modules bound the function at import, so
-    each binding (PeachPy's and jit.vnni's) is replaced.
+    four operands) comes back as ``copy.copy(register)``, a ``[address]`` list as
+    ``MemoryOperand(address)`` and a masked register or memory operand as
+    ``copy.deepcopy(operand)``. The front end returns exactly those for those (the copies
+    made directly, as ``copy`` would through the methods :func:`_speed_up_operand_copies`
+    gave the classes) and hands everything else to PeachPy's function. The instruction
+    modules bound the function at import, so each binding (PeachPy's and jit.vnni's) is
+    replaced.
     """
     from peachpy.x86_64 import operand, registers
 
@@ -154,6 +176,7 @@ def _speed_up_check_operand() -> None:
     if getattr(original, "_int8jit_mended", False):
         return
     register_types = frozenset(_with_subclasses((registers.Register,)))
+    deep_types = frozenset((registers.MaskedRegister, operand.MemoryOperand))
     memory_operand = operand.MemoryOperand
 
     def check_operand(value):
@@ -162,6 +185,8 @@ def _speed_up_check_operand() -> None:
             return _copy_instance(value)
         if kind is list and len(value) == 1:
             return memory_operand(value[0])
+        if kind in deep_types:
+            return _deepcopy_instance(value, {})
         return original(value)
 
     check_operand._int8jit_mended = True

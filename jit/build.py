@@ -8,6 +8,7 @@ process, and once per key per library version on disk (see ``jit.cache``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -41,13 +42,12 @@ def generate(
 ) -> GeneratedCode:
     """Run ``emit()`` inside a PeachPy ``Function`` targeting ``isa`` and encode it."""
     from jit import asm, backend
-    from jit.isa_targets import target_for
 
     if _reference_backend:
         function_type, assemble = asm.Function, backend.assemble_reference
     else:
         function_type, assemble = backend.KernelFunction, backend.assemble
-    function = function_type(name, tuple(arguments), None, target=target_for(isa))
+    function = function_type(name, tuple(arguments), None, target=_target(isa))
     function.attach()  # what `with function:` does, with the exit left to `assemble`
     try:
         emit()
@@ -65,6 +65,14 @@ def generate(
         listing=assembled.listing,
         meta=dict(meta or {}),
     )
+
+
+@functools.lru_cache(maxsize=None)
+def _target(isa: str):
+    """``jit.isa_targets.target_for``, built once per ISA (1 ms of extension sets each time)."""
+    from jit.isa_targets import target_for
+
+    return target_for(isa)
 
 
 _reference_backend = False
