@@ -49,6 +49,19 @@ _MAX_REGISTER_ARGUMENTS = 6  # System V: rdi, rsi, rdx, rcx, r8, r9
 _PSEUDO_MODULE = LABEL.__module__
 # Pseudo-instructions the forward SSE/AVX pass gives the state it reaches them with.
 _STATE_TAKERS = (LOAD.ARGUMENT, RETURN, RET, LABEL)
+_ATOMIC = (int, bool, str, type(None))  # hashable values an encoding key holds as they are
+# PeachPy's methods the lean path calls; checked on import so a different PeachPy fails loudly.
+_USES = {
+    _function.Function: ("_add_default_labels", "_check_undefined_labels", "_remove_unused_labels", "attach",
+                         "detach"),
+    _function.ABIFunction: ("_setup_unix_arguments", "_update_argument_loads", "_update_stack_frame",
+                            "_update_argument_addresses", "_lower_argument_loads", "_lower_pseudoinstructions"),
+    Instruction: ("encode", "relocation", "format"),
+    BranchInstruction: ("_encode_label_branch", "label_name"),
+}
+_missing = [f"{cls.__name__}.{name}" for cls, names in _USES.items() for name in names if not hasattr(cls, name)]
+if _missing:
+    raise ImportError(f"PeachPy lacks what jit.backend uses: {', '.join(_missing)}")
 
 
 class KernelFunction(_function.Function):
@@ -85,7 +98,8 @@ class Assembled:
 
 
 def assemble(function: _function.Function, abi=system_v_x86_64_abi) -> Assembled:
-    """Finish an emitted, still attached ``function`` (as leaving ``with`` would) and encode it."""
+    """Finish an emitted, still attached ``function`` (as leaving ``with`` would) and encode
+    it: the lean path where :func:`_scan` lets it, else PeachPy's."""
     written = _scan(function, abi)
     if written is None:
         return assemble_reference(function, abi)
@@ -109,27 +123,6 @@ def assemble_reference(function: _function.Function, abi=system_v_x86_64_abi) ->
         relocations=tuple((r.offset, r.program_counter, r.symbol.offset) for r in encoded.code_section.relocations),
         listing=abi_function.format(),
     )
-
-
-def _listing(instructions: list, keys: list) -> str:
-    """``ABIFunction.format()``: each instruction's PeachPy-syntax line.
-
-    An instruction with an encoding key prints what its key's fields print (mnemonic,
-    registers, address parts, immediates), so its line is reused for an equal key at the
-    same indentation; a masked register prints as its object's address and is never reused.
-    """
-    lines = []
-    done: dict[tuple, str] = {}
-    for number, (ins, key) in enumerate(zip(instructions, keys), start=1):
-        if key is None or any(type(operand) is MaskedRegister for operand in ins.operands):
-            lines.append(ins.format("peachpy", indent=True, line_number=number))
-            continue
-        key = (key, ins.name, ins._indent_level)
-        line = done.get(key)
-        if line is None:
-            line = done[key] = ins.format("peachpy", indent=True, line_number=number)
-        lines.append(line)
-    return os.linesep.join(lines)
 
 
 # -- which functions qualify ---------------------------------------------------------------
@@ -277,12 +270,15 @@ def _propagate_avx_state(instructions: list, entry: int, bounds: list, successor
             stack.pop()
 
 
-# -- ABI lowering and encoding ----------------------------------------------------------------
+# -- ABI lowering ----------------------------------------------------------------------------
 class _LeanABIFunction(_function.ABIFunction):
     """``ABIFunction`` on the function's own instruction list, without register allocation.
 
     Sets what PeachPy's ``__init__`` sets for a System V function with register arguments
-    and no local variables, then runs PeachPy's argument and pseudo-instruction lowering.
+    and no local variables, then runs PeachPy's argument and pseudo-instruction lowering
+    (``PUSH``/``POP`` of the clobbered callee-saved registers, ``VZEROUPPER`` and ``RET``
+    for each RETURN). Left out, as they only concern virtual registers: liveness
+    analysis, the live-register limits check, register allocation and binding.
     """
 
     def __init__(self, function: _function.Function, abi, written: set[int]):  # noqa: D107
@@ -302,7 +298,6 @@ class _LeanABIFunction(_function.ABIFunction):
         self._stack_frame_alignment = abi.stack_alignment
         self._local_variables_size = 0
         self._instructions = function._instructions
-        self._register_allocators = function._register_allocators
         self._setup_unix_arguments()
         self._update_argument_loads(function.arguments)
         self._clobbered_registers = sorted(r for r in abi.callee_save_registers if r.physical_id in written)
@@ -314,6 +309,7 @@ class _LeanABIFunction(_function.ABIFunction):
         # again, and branch encodings have no accumulator forms to filter.
 
 
+# -- encoding ----------------------------------------------------------------------------------
 def _encode(instructions: list, abi) -> Assembled:
     """What PeachPy's ``EncodedFunction`` and ``ABIFunction.format`` make of the lowered
     instructions, on the list itself (PeachPy deep-copies it), asking each instruction for
@@ -357,31 +353,6 @@ def _layout_constants(constants: list, abi) -> tuple[bytes, dict]:
     return bytes(content), offsets
 
 
-def _link(instructions: list, constants: list, keys: list, offsets: dict) -> tuple[bytes, tuple]:
-    """The code, and a relocation (disp32 offset, program counter, constant offset) for each
-    rip-relative constant, whose displacement is zeroed as PeachPy does. Where the
-    displacement sits follows from the bytes, so it is found once per encoding key."""
-    content = []
-    relocations = []
-    size = 0
-    places: dict[tuple, tuple[int, int]] = {}
-    for ins, constant, key in zip(instructions, constants, keys):
-        if constant is not None:
-            place = places.get(key) if key is not None else None
-            if place is None:
-                relocation = ins.relocation  # PeachPy finds the ModR/M byte in the bytes
-                place = (relocation.offset, relocation.program_counter)
-                if key is not None:
-                    places[key] = place
-            offset, end = place
-            ins.bytecode[offset:offset + 4] = bytes(4)
-            relocations.append((size + offset, size + end, offsets[constant.name]))
-        if ins.bytecode:
-            content.append(ins.bytecode)
-            size += len(ins.bytecode)
-    return bytes(bytearray().join(content)), tuple(relocations)
-
-
 def _encode_once(instructions: list, kinds: list) -> list:
     """Set the bytes of the instructions that are not labels or branches, encoding each
     distinct one once; return their encoding keys (None for the rest).
@@ -411,14 +382,19 @@ def _encode_once(instructions: list, kinds: list) -> list:
 
 def _encoding_key(instruction) -> tuple | None:
     """Everything ``Instruction.encode`` reads, or None where an operand or encoder is of a
-    kind this does not describe (the instruction is then encoded on its own)."""
+    kind this does not describe (the instruction is then encoded on its own).
+
+    ``encode`` calls each encoder (``instruction.encodings``, filtered by the operands'
+    register numbers) on the operands and keeps the first shortest result. An encoder is
+    its code, its defaults and, for jit.vnni's, the values it closes over.
+    """
     encoders = []
     for flags, encode in instruction.encodings:
-        cells = tuple(cell.cell_contents for cell in encode.__closure__) if encode.__closure__ else ()
-        if any(type(value) not in _ATOMIC for value in cells):
+        cells = tuple(cell.cell_contents for cell in encode.__closure__ or ())
+        defaults = (encode.__defaults__ or ()) + tuple(sorted((encode.__kwdefaults__ or {}).items()))
+        if not _atomic(cells) or not _atomic(defaults):
             return None
-        encoders.append((flags, encode.__code__, encode.__defaults__, encode.__kwdefaults__ and
-                         tuple(sorted(encode.__kwdefaults__.items())), cells))
+        encoders.append((flags, encode.__code__, defaults, cells))
     operands = []
     for operand in instruction.operands:
         key = _operand_key(operand)
@@ -428,7 +404,8 @@ def _encoding_key(instruction) -> tuple | None:
     return type(instruction), tuple(encoders), tuple(operands)
 
 
-_ATOMIC = (int, bool, str, type(None))
+def _atomic(values) -> bool:
+    return all(type(v) in _ATOMIC or type(v) is tuple and _atomic(v) for v in values)
 
 
 def _operand_key(operand) -> tuple | None:
@@ -449,7 +426,8 @@ def _operand_key(operand) -> tuple | None:
             return None
         symbol = operand.symbol
         if symbol is not None and not isinstance(symbol, Constant):
-            return None  # a constant's bytes do not depend on which constant: displacement 0
+            return None  # a local variable
+        # Which constant does not matter: its rip-relative displacement is encoded as 0.
         mask = operand.mask and (_register_key(operand.mask.mask_register), operand.mask.is_zeroing)
         return (kind, operand.size, operand.broadcast, mask, where, symbol is not None)
     if kind is MaskedRegister:
@@ -510,3 +488,49 @@ def _relax_branches(instructions: list, kinds: list) -> None:
                 long_branches.add(i)
                 changed = True
             address += len(ins.bytecode) if ins.bytecode else 0
+
+
+def _link(instructions: list, constants: list, keys: list, offsets: dict) -> tuple[bytes, tuple]:
+    """The code, and a relocation (disp32 offset, program counter, constant offset) for each
+    rip-relative constant, whose displacement is zeroed as PeachPy does. Where the
+    displacement sits follows from the bytes, so it is found once per encoding key."""
+    content = []
+    relocations = []
+    size = 0
+    places: dict[tuple, tuple[int, int]] = {}
+    for ins, constant, key in zip(instructions, constants, keys):
+        if constant is not None:
+            place = places.get(key) if key is not None else None
+            if place is None:
+                relocation = ins.relocation  # PeachPy finds the ModR/M byte in the bytes
+                place = (relocation.offset, relocation.program_counter)
+                if key is not None:
+                    places[key] = place
+            offset, end = place
+            ins.bytecode[offset:offset + 4] = bytes(4)
+            relocations.append((size + offset, size + end, offsets[constant.name]))
+        if ins.bytecode:
+            content.append(ins.bytecode)
+            size += len(ins.bytecode)
+    return bytes(bytearray().join(content)), tuple(relocations)
+
+
+def _listing(instructions: list, keys: list) -> str:
+    """``ABIFunction.format()``: each instruction's PeachPy-syntax line.
+
+    An instruction with an encoding key prints what its key's fields print (mnemonic,
+    registers, address parts, immediates), so its line is reused for an equal key at the
+    same indentation; a masked register prints as its object's address and is never reused.
+    """
+    lines = []
+    done: dict[tuple, str] = {}
+    for number, (ins, key) in enumerate(zip(instructions, keys), start=1):
+        if key is None or any(type(operand) is MaskedRegister for operand in ins.operands):
+            lines.append(ins.format("peachpy", indent=True, line_number=number))
+            continue
+        key = (key, ins.name, ins._indent_level)
+        line = done.get(key)
+        if line is None:
+            line = done[key] = ins.format("peachpy", indent=True, line_number=number)
+        lines.append(line)
+    return os.linesep.join(lines)
