@@ -390,9 +390,11 @@ def _encoding_key(instruction) -> tuple | None:
     """
     encoders = []
     for flags, encode in instruction.encodings:
-        cells = tuple(cell.cell_contents for cell in encode.__closure__ or ())
-        defaults = (encode.__defaults__ or ()) + tuple(sorted((encode.__kwdefaults__ or {}).items()))
-        if not _atomic(cells) or not _atomic(defaults):
+        defaults, closure = encode.__defaults__, encode.__closure__
+        if encode.__kwdefaults__ or defaults and not _atomic(defaults):
+            return None
+        cells = closure and tuple(cell.cell_contents for cell in closure)
+        if cells and not _atomic(cells):
             return None
         encoders.append((flags, encode.__code__, defaults, cells))
     operands = []
@@ -404,8 +406,11 @@ def _encoding_key(instruction) -> tuple | None:
     return type(instruction), tuple(encoders), tuple(operands)
 
 
-def _atomic(values) -> bool:
-    return all(type(v) in _ATOMIC or type(v) is tuple and _atomic(v) for v in values)
+def _atomic(values: tuple) -> bool:
+    for value in values:
+        if type(value) not in _ATOMIC:
+            return False
+    return True
 
 
 def _operand_key(operand) -> tuple | None:
