@@ -1,8 +1,12 @@
 """The instruction namespace kernel templates are written in (``from jit.asm import *``).
 
 Importing this module imports PeachPy (slow-ish, so only templates import it), mends two
-PeachPy defects, adds the VNNI instructions PeachPy lacks (``jit.vnni``) and replaces
-PeachPy's ``Label`` with one that is named cheaply (:class:`Label`).
+PeachPy defects, adds the VNNI instructions PeachPy lacks (``jit.vnni``), and takes the
+Python overhead out of building instructions: operand copies (:func:`_speed_up_operand_copies`,
+:func:`_speed_up_check_operand`), the debug-level query (:func:`_speed_up_debug_level`)
+and label naming (:class:`Label`). Each speed-up returns what PeachPy's code returns and
+fails on import if PeachPy's internals are not what it was written against. The rest of
+cold generation's speed is in ``jit.backend``.
 """
 from __future__ import annotations
 
@@ -93,8 +97,8 @@ def _speed_up_operand_copies() -> None:
 
     Every instruction copies its operands (``operand.check_operand``: ``copy.copy`` of a
     register, ``copy.deepcopy`` of a masked register, memory operand or constant name),
-    which without these methods goes through ``__reduce_ex__``, Python's slowest route:
-    a quarter of a kernel's emit time. :func:`_copy_instance` and
+    which without these methods goes through ``__reduce_ex__``, Python's slowest route
+    (a quarter of a kernel's emit time before). :func:`_copy_instance` and
     :func:`_deepcopy_instance` do what that route does for these plain classes. Fails
     loudly if a class gained state handling of its own (slots, ``__new__``, pickling or
     copy methods), where that would no longer hold.

@@ -40,7 +40,11 @@ def generate(
     emit: Callable[[], None],
     meta: dict | None = None,
 ) -> GeneratedCode:
-    """Run ``emit()`` inside a PeachPy ``Function`` targeting ``isa`` and encode it."""
+    """Run ``emit()`` inside a PeachPy ``Function`` targeting ``isa`` and encode it.
+
+    ``jit.backend.assemble`` finishes the function: a lean path for code that names
+    physical registers only (every kernel here), PeachPy's own pipeline otherwise.
+    """
     from jit import asm, backend
 
     if _reference_backend:
