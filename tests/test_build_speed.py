@@ -9,12 +9,16 @@ masked registers as ``<... object at 0x...>``).
 
 The set is small so it runs in seconds: one tile per ISA path and step kind, with output
 stages that use scales, bias, eltwise post-ops, sum, binary and every dst type, plus a
-depthwise, a pooling, a reorder and an eltwise kernel. A wider corpus (226 kernels) was
-compared against the code before the lean path existed when it was written.
+depthwise, a pooling, a reorder and an eltwise kernel. ``INT8JIT_WIDE_BACKEND_CHECK=1``
+adds a wider corpus (226 kernels at the library's own tile sizes; ~5 minutes), worth a
+run after PeachPy changes. The same corpus, generated before the lean path existed,
+matched the lean path's bytes and listings.
 """
 from __future__ import annotations
 
 import copy
+import functools
+import os
 import re
 
 import pytest
@@ -80,6 +84,76 @@ def test_lean_backend_matches_peachpy(kernel):
 
 def _refuse(*_):
     raise AssertionError("the function went through PeachPy's own pipeline")
+
+
+@functools.lru_cache(maxsize=None)
+def _wide_corpus() -> dict:
+    """Kernels at the library's own tile sizes: GEMM and convolution tiles on every path with
+    several output stages and both source types, and the other templates' variants."""
+    from jit.dot import paths
+
+    def outputs(dst: str) -> list:
+        return [
+            OutputSpec(),
+            OutputSpec(row_comp=True, accumulate=True),
+            OutputSpec(float_mode=True, scale="col", bias="col", post_ops=(EltwiseOp("relu"),), dst_dt=dst),
+            OutputSpec(float_mode=True, scale="common", bias="row", dst_scale=True, dst_zp="col", dst_dt=dst,
+                       post_ops=(EltwiseOp("gelu_erf"), SumOp(dst), BinaryOp("mul", "col"))),
+            OutputSpec(float_mode=True, scale="col", dst_zp="common", dst_dt=dst,
+                       post_ops=(EltwiseOp("logistic"), BinaryOp("add", "full"), BinaryOp("max", "row"),
+                                 BinaryOp("sub", "common"))),
+        ]
+
+    corpus = {}
+    for isa in ("avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"):
+        for path in paths(isa):
+            nr = 3 if path.bits == 512 else 2
+            for j, output in enumerate(outputs("u8") + outputs("s8")[2:3] + outputs("f32")[3:4]):
+                for s8_src in (False, True):
+                    for conv in (False, True):
+                        if (j + s8_src + conv) % 2 and j not in (2, 3):
+                            continue
+                        try:
+                            spec = gemm_kernel.choose_tile(path, s8_src, output, nr, positions=conv, outer=conv,
+                                                           prefetch_next=conv)
+                        except ValueError:
+                            continue
+                        corpus[f"gemm {spec!r}"] = lambda spec=spec: gemm_kernel.generate(spec)
+        for src in ("u8", "s8"):
+            for zp in ("none", "s16", "s32"):
+                for output in (outputs("u8")[2], OutputSpec(float_mode=True, scale="common", dst_dt="f32")):
+                    spec = depthwise_kernel.DwKernelSpec(isa, src, zp, output)
+                    corpus[f"dw {spec!r}"] = lambda spec=spec: depthwise_kernel.generate(spec)
+        for alg in pooling_kernel.ALGS:
+            for kw, kh in ((0, 0), (3, 3), (2, 0)):
+                for dst in ("u8",) if alg == "max" else ("u8", "f32"):
+                    spec = pooling_kernel.PoolKernelSpec(isa, alg, "u8", dst, kw, kh)
+                    corpus[f"pool {spec!r}"] = lambda spec=spec: pooling_kernel.generate(spec)
+    for isa in ("avx2", "avx512_core"):
+        for src, dst, modes in (("f32", "u8", ("row", "none", "none", "col")),
+                                ("s8", "f32", ("col", "row", "row", "none")),
+                                ("u8", "s8", ("none",) * 4),
+                                ("s32", "s32", ("none", "col", "col", "row"))):
+            spec = reorder_kernel.ReorderKernelSpec(isa, src, dst, modes)
+            corpus[f"reorder {spec!r}"] = lambda spec=spec: reorder_kernel.generate(spec)
+        path = path_for(isa, "maddubsw")
+        ops = (("gelu_erf",), ("logistic",), ("tanh",), ("relu", 0.1))
+        corpus[f"eltwise {isa}"] = lambda path=path: eltwise.generate_chain(path, ops)
+    return corpus
+
+
+_WIDE = os.environ.get("INT8JIT_WIDE_BACKEND_CHECK", "") == "1"
+
+
+@pytest.mark.skipif(not _WIDE, reason="the wide corpus runs with INT8JIT_WIDE_BACKEND_CHECK=1 (~5 minutes)")
+@pytest.mark.parametrize("kernel", list(_wide_corpus()) if _WIDE else ["wide corpus"])
+def test_wide_corpus_matches_peachpy(kernel):
+    make = _wide_corpus()[kernel]
+    lean = make()
+    with build.reference_backend():
+        reference = make()
+    assert (lean.code, lean.const, lean.relocations) == (reference.code, reference.const, reference.relocations)
+    assert _normalised_listing(lean.listing) == _normalised_listing(reference.listing)
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
