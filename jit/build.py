@@ -7,10 +7,12 @@ process, and once per key per library version on disk (see ``jit.cache``).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from runtime.execmem import Relocation
 from runtime.kernel import Kernel
@@ -38,27 +40,58 @@ def generate(
     emit: Callable[[], None],
     meta: dict | None = None,
 ) -> GeneratedCode:
-    """Run ``emit()`` inside a PeachPy ``Function`` targeting ``isa`` and encode it."""
-    from jit import asm
-    from jit.isa_targets import target_for
+    """Run ``emit()`` inside a PeachPy ``Function`` targeting ``isa`` and encode it.
 
-    with asm.Function(name, tuple(arguments), None, target=target_for(isa)) as function:
+    ``jit.backend.assemble`` finishes the function: a lean path for code that names
+    physical registers only (every kernel here), PeachPy's own pipeline otherwise.
+    """
+    from jit import asm, backend
+
+    if _reference_backend:
+        function_type, assemble = asm.Function, backend.assemble_reference
+    else:
+        function_type, assemble = backend.KernelFunction, backend.assemble
+    function = function_type(name, tuple(arguments), None, target=_target(isa))
+    function.attach()  # what `with function:` does, with the exit left to `assemble`
+    try:
         emit()
-    abi_function = function.finalize(asm.abi.system_v_x86_64_abi)
-    encoded = abi_function.encode()
-    relocations = tuple(
-        Relocation(r.offset, r.program_counter, r.symbol.offset) for r in encoded.code_section.relocations
-    )
+    except BaseException:
+        function.detach()
+        raise
+    assembled = assemble(function, asm.abi.system_v_x86_64_abi)
     return GeneratedCode(
         name=name,
         isa=isa,
         signature=signature,
-        code=bytes(encoded.code_section.content),
-        const=bytes(encoded.const_section.content),
-        relocations=relocations,
-        listing=abi_function.format(),
+        code=assembled.code,
+        const=assembled.const,
+        relocations=tuple(Relocation(*r) for r in assembled.relocations),
+        listing=assembled.listing,
         meta=dict(meta or {}),
     )
+
+
+@functools.lru_cache(maxsize=None)
+def _target(isa: str):
+    """``jit.isa_targets.target_for``, built once per ISA (1 ms of extension sets each time)."""
+    from jit.isa_targets import target_for
+
+    return target_for(isa)
+
+
+_reference_backend = False
+
+
+@contextlib.contextmanager
+def reference_backend() -> Iterator[None]:
+    """Generate through PeachPy's own ``Function`` and pipeline inside the block (tests
+    compare its bytes with :func:`jit.backend.assemble`'s)."""
+    global _reference_backend
+    saved, _reference_backend = _reference_backend, True
+    try:
+        yield
+    finally:
+        _reference_backend = saved
 
 
 def load(generated: GeneratedCode) -> Kernel:
