@@ -5,7 +5,8 @@ rows and column tiles, with the whole loop nest inside the generated code::
 
     for each column tile (nr vectors = nr*lanes columns, packed B of the whole K):
       [for each of `outer` blocks of m rows (A and C advanced by their outer strides):]
-        for each block of mr rows (then one block of the remaining 1..mr-1 rows):
+        for each block of mr rows (then one block of the remaining 1..mr-1 rows, or
+        single rows for a remainder the spec's ``tails`` gives no block of its own):
             acc[mr][nr] = 0
           [for each position p (A rows offset by pos_off[p]; B runs on):]
             for each group of 4 K values:          B tile in registers, A broadcast
@@ -68,6 +69,10 @@ class GemmKernelSpec:
     outer: bool = False  # an outer loop over blocks of m rows with their own A/dst strides
     unroll_k: int = 1  # K groups per iteration of the K loop
     prefetch_next: bool = False  # prefetch the next column tile's B into L2 while on this one
+    # Remainders (m % mr) that get a block of their own; None: all of 1..mr-1. Any other
+    # remainder runs one row at a time. A primitive that knows its row counts asks for
+    # those alone: the tail blocks are most of the code, and of its generation time.
+    tails: tuple | None = None
 
     def __post_init__(self):
         if self.unroll_k < 1:
@@ -118,12 +123,17 @@ class GemmKernelSpec:
 
 def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = MAX_MR, *,
                 positions: bool = False, outer: bool = False, unroll_k: int = 4,
-                prefetch_next: bool = False) -> GemmKernelSpec:
-    """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit."""
-    for rows in range(mr, 0, -1):
+                prefetch_next: bool = False, rows: tuple | None = None) -> GemmKernelSpec:
+    """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit.
+
+    ``rows``: the row counts (m) the kernel will be called with, when known; only their
+    remainders get tail blocks (see ``GemmKernelSpec.tails``).
+    """
+    for height in range(mr, 0, -1):
+        tails = None if rows is None else tuple(sorted({r % height for r in rows} - {0}))
         try:
-            return GemmKernelSpec(path, rows, nr, s8_src, output, positions, outer, unroll_k=unroll_k,
-                                  prefetch_next=prefetch_next)
+            return GemmKernelSpec(path, height, nr, s8_src, output, positions, outer, unroll_k=unroll_k,
+                                  prefetch_next=prefetch_next, tails=tails)
         except ValueError:
             continue
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
@@ -349,10 +359,21 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     JMP(row_loop)
 
     LABEL(row_tail)
-    tails = {rows: Label() for rows in range(1, mr)}
+    tails = {rows: Label() for rows in range(1, mr) if spec.tails is None or rows in spec.tails}
     for rows, label in tails.items():
         CMP(r12, rows)
         JE(label)
+    if spec.tails is not None:  # a remainder without its own block: one row at a time
+        single = Label()
+        LABEL(single)
+        TEST(r12, r12)
+        JZ(outer_next)
+        row_block(1)
+        ADD(rax, r8)
+        ADD(r10, r11)
+        ADD(r15, 4)
+        DEC(r12)
+        JMP(single)
     JMP(outer_next)
     for rows, label in tails.items():
         LABEL(label)

@@ -285,13 +285,13 @@ class ConvolutionDesc(PrimitiveDesc):
         self.halve = attr.policy == "halve_weights" and self.fast.path.kind != "vnni"
         plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve)
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
-        self._kernel_for(self.fast)  # creation pays the code generation (or the disk cache) once
         if weights_md.is_any:
             layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
             weights_md = packed_desc(weights_md.dims, "s8", layout, layout.nbytes())
         self._layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
         for name, md in ((SRC, src_md), (WEIGHTS, weights_md), (DST, dst_md), (BIAS, bias_md)):
             self._set_desc(name, md)
+        self._kernel_for(self.fast)  # creation pays the code generation (or the disk cache) once
         g = self.geometry
         tile_n = self.fast.nr * self.fast.path.lanes
         self._ocgp = -(-g.ocg // tile_n) * tile_n
@@ -307,13 +307,20 @@ class ConvolutionDesc(PrimitiveDesc):
         md = self.query(SRC)
         return self.geometry.direct and md.perm == _channels_last(md.ndims)
 
+    def _flat_src(self) -> bool:
+        return self._direct_src() and self.geometry.flat
+
     def _kernel_for(self, choice: Choice):
         from jit import cache
         from jit.gemm_kernel import generate
 
         g = self.geometry
-        rows = MAX_MR if g.flat else block_rows(g.out[2], choice.nr)
-        kspec = choose_tile(choice.path, self.src_s8, self.output, choice.nr, rows, positions=True, outer=True)
+        if self._flat_src():  # one GEMM over all pixels, split between threads (see _plan)
+            mr, rows = MAX_MR, tuple(e - b for b, e in split(g.n * _prod(g.out), self.threads, 8))
+        else:  # each output row is a run of row blocks
+            mr, rows = block_rows(g.out[2], choice.nr), (g.out[2],)
+        kspec = choose_tile(choice.path, self.src_s8, self.output, choice.nr, mr, positions=True, outer=True,
+                            rows=rows)
         kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
         kernel.meta["kspec"] = kspec
         return kernel
@@ -533,7 +540,7 @@ class _Convolution(GemmKernels, Primitive):
                             for kw in (range(1) if fold else range(g.ker[2]))], np.int64)
         image = Dp * Hp * Wp * pixel
         # Work items: (a offset, dst offset, rows m, outer blocks, first dst row).
-        if pd._direct_src() and g.flat:  # one GEMM over every pixel
+        if pd._flat_src():  # one GEMM over every pixel
             total = g.n * OD * OH * OW
             items = [(p0 * pixel, p0 * OC * dbytes, p1 - p0, 1, p0)
                      for p0, p1 in split(total, pd.threads, 8)]

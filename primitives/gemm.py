@@ -77,12 +77,13 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None)
                   "widening VPMADDWD path")
 
 
-def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec):
-    """The cached kernel for a decision (generated only, never executed, here)."""
+def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, rows: tuple | None = None):
+    """The cached kernel for a decision (generated only, never executed, here); ``rows``:
+    the row counts it will run, when the caller knows them (fewer tail blocks)."""
     from jit import cache
     from jit.gemm_kernel import choose_tile, generate
 
-    kspec = choose_tile(choice.path, s8_src, output, choice.nr)
+    kspec = choose_tile(choice.path, s8_src, output, choice.nr, rows=rows)
     kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
     kernel.meta["kspec"] = kspec
     return kernel

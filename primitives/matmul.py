@@ -166,7 +166,10 @@ class _GemmBasedDesc(PrimitiveDesc):
                          "value, one per column, one per row or a full operand (with dst's batch dims)")
 
     def _kernel_for(self, choice: Choice):
-        return gemm_kernel(choice, self.src_s8, self.output)
+        # One GEMM of all rows when one weight matrix serves the batch, else one per item;
+        # threads split rows in whole blocks, so only this remainder needs a tail block.
+        rows = self.M * self.batch if self.weights_batch == 1 else self.M
+        return gemm_kernel(choice, self.src_s8, self.output, rows=(rows,))
 
     def _key_extra(self):
         return (self.kind,)

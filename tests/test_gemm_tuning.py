@@ -70,3 +70,24 @@ def test_s8_shift_once(isa, case):
 def test_s8_few_tiles_keeps_the_in_kernel_shift(isa):
     info = _run(isa, "exact", "s8", 20, 10, 33)
     assert not info["blocking"]["s8_a_shifted_once_per_call"]
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("tails_for", [(), (2,), (1, 3)])
+def test_tail_blocks_on_request(isa, tails_for, monkeypatch):
+    """A kernel made with tail blocks for some remainders only (``rows=``, what a
+    primitive that knows its M asks for) still computes every M: the others run one
+    row at a time."""
+    import jit.gemm_kernel as gk
+
+    choose = gk.choose_tile
+    made = []
+
+    def with_tails(*args, **kwargs):
+        spec = choose(*args, **dict(kwargs, rows=tuple(6 * 7 + t for t in tails_for)))
+        made.append(spec)
+        return spec
+    monkeypatch.setattr(gk, "choose_tile", with_tails)
+    for M in (1, 2, 3, 5, 6, 7, 11, 13):
+        _run(isa, "exact", "u8", M, 40, 9, seed=M)
+    assert made and all(spec.tails is not None and len(spec.tails) <= len(tails_for) for spec in made)

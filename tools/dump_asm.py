@@ -167,8 +167,6 @@ def _gemm_generated(args, isa: str, b):
 
 def _conv(args, isa: str):
     """The layer's descriptor on ``isa`` (or, where the CPU lacks it, the kernel it would get)."""
-    from jit import cache
-    from jit.gemm_kernel import choose_tile, generate
     from primitives.attr import Attr, PostOps
     from primitives.conv import ConvolutionDesc
     from primitives.gemm import decide
@@ -204,8 +202,7 @@ def _conv(args, isa: str):
     if run_isa == isa:
         return header, [pd._kernel_for(pd.fast)]
     choice = decide(isa, "faithful" if args.policy != "exact" else "exact", None, args.oc // g)
-    kspec = choose_tile(choice.path, False, pd.output, choice.nr, positions=True, outer=True)
-    kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
+    kernel = pd._kernel_for(choice)  # generated and loaded, never called
     return [f"not executable on this CPU: the {isa} kernel, generated and disassembled only "
             f"(path {choice.path.kind}; impl_info below is for {run_isa})"] + header, [kernel]
 
