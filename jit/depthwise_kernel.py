@@ -10,7 +10,7 @@ output pipeline (``jit.output``) with channels as its columns. Padded taps are s
 which is what "padding contributes (zp - zp) * w = 0" means; the source zero point is
 subtracted from each loaded value, so borders need no special compensation.
 
-Arithmetic, per tap and vector of channels (s32 lanes):
+Arithmetic, per source vector of channels (s32 lanes):
 
     x = VPMOVZXBD / VPMOVSXBD (src bytes)              low s16 of each lane = the byte
     x = x - zp                                          (only with a source zero point)
@@ -23,34 +23,60 @@ Arithmetic, per tap and vector of channels (s32 lanes):
 
 So every ISA path computes the mathematical int32 result; no VPMADDUBSW saturation.
 
+Register blocking along W. A *block* is P consecutive output pixels of one row (P =
+``spec.pixels``) and one vector of channels: P accumulators. The window's width, stride
+and dilation along W are part of the spec, so the generator knows, for every source
+column ``j`` of the block (``iw = ow0*SW - pad_l + j``), which (pixel, kw) pairs read it:
+pixel ``p`` reads column ``p*SW + kw*DW``. Per kh row of the window the block loads
+each such column once, widens it once, and feeds it to every pixel that reads it, with
+the row's KW weight vectors held in registers (in groups of kw when they do not all fit).
+For a 3x3 stride-1 window and P = 7 that is 9 widened loads for 21 multiply-adds, where
+a pixel-at-a-time kernel would widen 21 (VPMOVZXBD runs on one port only).
+
+Blocks of a row start at ow = 0, P, 2P, ...; the driver's block table (``btab``) gives
+each block a *column mask* (bit r: the r-th distinct column the block reads lies inside
+the image and is read by one of the block's pixels) and its pixel count. Three bodies:
+
+    interior  P pixels, every column inside the image: no tests (the hot one)
+    edge      P pixels, columns tested against the mask (TEST + JZ), so padding columns
+              are never loaded; one output stage for the block
+    partial   n < P pixels (the row's last block): columns tested, the output stage
+              per pixel, each behind a test of n
+
+``ow_lo``/``ow_hi`` bound the interior blocks' first pixels, so the dispatch of an
+interior block reads no table. Valid kh rows come from the row table (``htab``), as
+before: padded rows are skipped.
+
 Loop nest of one call (a chunk of consecutive output rows (n, oh)):
 
     for each output row:
         kh range from the row table (first valid kh, its offsets, count)
         for each channel block (full vectors, then the tail):
-            ow = 0
-            while ow < OW:
-                if ow is in [ow_lo, ow_blk_last]:    P pixels whose windows lie inside the
-                    block of P pixels, all KW taps     image along W (P = spec.pixels)
-                else: one pixel, its valid kw range from the column table
-                for kh in the valid rows: for kw in the pixel's taps:
-                    load the tap's weights once, P x (widen, (-zp), multiply-add)
+            for each block of the row (interior / edge / partial):
+                for kh in the valid rows:
+                    for each group of kw: load its weights; for each column the group
+                        reads: (test), widen, (-zp), multiply-add into its pixels
                 output stage (jit.output) for the block's pixels
 
 The channel tail is a masked piece on AVX-512 (zero-masking VPMOVZXBD with fault
 suppression) and, on AVX2, pieces of 4, 2 and 1 channels (VMOVD / VPINSRW / VPINSRB) so
-no byte outside the source is read; the output stage masks the stores. Weights are
-packed by the driver as ``[tap][C_pad]`` s32 lanes (low s16 = weight), zero padded, with
-one vector of slack after the last tap, so weight loads never need masks.
+no byte outside the source is read (pieces take the partial body only: at most 7
+channels); the output stage masks the stores. Weights are packed by the driver as
+``[tap][C_pad]`` s32 lanes (low s16 = weight), zero padded, with one vector of slack
+after the last tap, so weight loads never need masks.
 
-Every size (N, C, H, W, kernel, strides, dilation, padding) is a run-time value (fields
-and the two tables); the code depends on :class:`DwKernelSpec` only. The kernel keeps
-its row state in the struct (``src``, ``dst``, ``rows``, ``oh``, ``pix``, ``wrow``, ``khn``):
-give each concurrent call its own struct.
+Sizes (N, C, H, W, KH, strides and dilation along H, padding) are run-time values
+(fields and the two tables); the code depends on :class:`DwKernelSpec` only, whose
+window fields (KW, SW, DW) and P shape the unrolled column schedule. The driver sets
+the input fields; the kernel copies the chunk's start (``src0``, ``dst0``, ``rows0``,
+``oh0``, ``pix0``) into its state fields (``src``, ``dst``, ``rows``, ``oh``, ``pix``,
+``wrow``, ``khn``) on entry, so a struct can be called again without being reset; give
+each concurrent call its own struct.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from jit.dot import Path, fast_path, vector_register
 from jit.output import (OUTPUT_FIELDS, OutputContext, OutputSpec, args_cdef_fields, emit_output,
@@ -58,40 +84,45 @@ from jit.output import (OUTPUT_FIELDS, OutputContext, OutputSpec, args_cdef_fiel
 
 ARGS_CDEF = """
 struct i8j_dw_args {
-    void *src;            /* image of the current row (kernel state: advanced per image) */
-    void *dst;            /* dst pixel (n, oh, 0), channel 0, of the current row (kernel state) */
+    void *src0;           /* image of the chunk's first row */
+    void *dst0;           /* dst pixel (n, oh, 0), channel 0, of the chunk's first row */
     void *wei;            /* packed weights [tap][C_pad] s32 lanes */
-    void *htab;           /* per oh: {src_off, w_off, kh count} int64 */
-    void *wtab;           /* per ow: {src_off, w_off, kw count} int64 */
-    int64_t rows;         /* output rows left in the chunk (kernel state) */
-    int64_t oh;           /* oh of the current row (kernel state) */
-    int64_t pix;          /* index of pixel (n, oh, 0) from the chunk's first pixel (kernel state) */
+    void *htab;           /* per oh: {src_off, w_off, kh count} int64; src_off includes -pad_l*C */
+    void *btab;           /* per block of a row: {column mask, pixels} int64 */
+    int64_t rows0;        /* output rows of the chunk */
+    int64_t oh0;          /* oh of the chunk's first row */
+    int64_t pix0;         /* index of the chunk's first pixel (binary post-op operands) */
     int64_t OH; int64_t OW;
     int64_t img_bytes;    /* IH*IW*C */
-    int64_t C;
+    int64_t C; int64_t C3;  /* src bytes between neighbouring pixels of a row, and 3 times that */
     int64_t full_bytes;   /* 4 * channels in full vectors */
     int64_t tail;         /* channels after the full vectors */
     uint64_t tail_mask;   /* AVX-512: lanes of the tail */
-    int64_t src_px;       /* SW*C: src bytes between the block's pixels */
-    int64_t src_dw;       /* DW*C: src bytes between kw taps */
+    int64_t src_px;       /* SW*C: src bytes between neighbouring output pixels' windows */
     int64_t src_dh;       /* DH*IW*C: src bytes between kh taps */
-    int64_t w_tap;        /* 4*C_pad: weight bytes between taps */
+    int64_t w_tap; int64_t w_tap3;  /* 4*C_pad: weight bytes between taps, and 3 times that */
     int64_t w_kh;         /* KW * w_tap */
     int64_t dst_px;       /* C*sizeof(dst) */
     int64_t row_dst;      /* OW*C*sizeof(dst) */
-    int64_t ow_lo; int64_t ow_blk_last;  /* blocks of P pixels start in [ow_lo, ow_blk_last] */
+    int64_t ow_lo; int64_t ow_hi;  /* interior blocks start at ow in [ow_lo, ow_hi) */
     int32_t zp; int32_t pad0;
+    void *src;            /* kernel state: image of the current row */
+    void *dst;            /* kernel state: dst pixel (n, oh, 0) of the current row */
+    int64_t rows;         /* kernel state: rows left */
+    int64_t oh;           /* kernel state: oh of the current row */
+    int64_t pix;          /* kernel state: index of pixel (n, oh, 0) */
     void *wrow;           /* kernel state: weights of the row's first valid kh */
     int64_t khn;          /* kernel state: valid kh of the row */
     %s                    /* the output stage's (jit.output) */
 };
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_dw_args *)"
-FIELDS = ("src", "dst", "wei", "htab", "wtab", "rows", "oh", "pix", "OH", "OW", "img_bytes", "C", "full_bytes",
-          "tail", "tail_mask", "src_px", "src_dw", "src_dh", "w_tap", "w_kh", "dst_px", "row_dst", "ow_lo",
-          "ow_blk_last", "zp", "wrow", "khn") + OUTPUT_FIELDS
+FIELDS = ("src0", "dst0", "wei", "htab", "btab", "rows0", "oh0", "pix0", "OH", "OW", "img_bytes", "C", "C3",
+          "full_bytes", "tail", "tail_mask", "src_px", "src_dh", "w_tap", "w_tap3", "w_kh", "dst_px", "row_dst",
+          "ow_lo", "ow_hi", "zp", "src", "dst", "rows", "oh", "pix", "wrow", "khn") + OUTPUT_FIELDS
 ZP_ROUTES = ("none", "s16", "s32")
-MAX_PIXELS = 6  # two dst/src bases of three pixels each
+MAX_PIXELS = 9  # three dst bases of three pixels each in the output stage
+MAX_COLUMNS = 64  # distinct source columns of a block: one bit each in a 64-bit mask
 S16_ZP_RANGE = {"u8": (255 - 32767, 32768), "s8": (127 - 32767, 32768 - 128)}  # x - zp fits s16
 
 
@@ -103,15 +134,29 @@ def zp_route(src_dt: str, zp: int) -> str:
     return "s16" if lo <= zp <= hi else "s32"
 
 
+def block_columns(pixels: int, kw: int, sw: int, dw: int) -> tuple[int, ...]:
+    """The distinct source columns ``p*SW + k*DW`` a block of ``pixels`` reads, sorted
+    (bit r of a block's column mask stands for the r-th)."""
+    return tuple(sorted({p * sw + k * dw for p in range(pixels) for k in range(kw)}))
+
+
 @dataclass(frozen=True)
 class DwKernelSpec:
-    """Everything that shapes the generated code (the cache key, with the code version)."""
+    """Everything that shapes the generated code (the cache key, with the code version).
+
+    ``kw``, ``sw``, ``dw``: the window's width, stride and dilation + 1 along W (the
+    column schedule is unrolled for them); ``pixels``: P, output pixels per block
+    (0: the most that fits).
+    """
 
     isa: str
     src_dt: str
     zp: str  # ZP_ROUTES
     output: OutputSpec
-    pixels: int = 0  # P, pixels per block; 0: the most that fits
+    pixels: int = 0
+    kw: int = 1
+    sw: int = 1
+    dw: int = 1
 
     def __post_init__(self):
         fast_path(self.isa)
@@ -119,22 +164,31 @@ class DwKernelSpec:
             raise ValueError(f"src_dt: expected u8 or s8, got {self.src_dt!r}")
         if self.zp not in ZP_ROUTES:
             raise ValueError(f"zp: expected one of {', '.join(ZP_ROUTES)}, got {self.zp!r}")
+        for name in ("kw", "sw", "dw"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        if self.kw > MAX_COLUMNS:
+            raise ValueError(f"kw: at most {MAX_COLUMNS} taps along W, got {self.kw}")
         if self.pixels == 0:
             for p in range(MAX_PIXELS, 0, -1):
-                if self._fits(p):
+                if self.fits(p):
                     object.__setattr__(self, "pixels", p)
                     break
             else:
                 raise ValueError(f"output stage needs more registers than {self.isa} has")
-        elif not 1 <= self.pixels <= MAX_PIXELS or not self._fits(self.pixels):
-            raise ValueError(f"pixels: expected 1..{MAX_PIXELS} with registers for the output stage, "
-                             f"got {self.pixels}")
+        elif not 1 <= self.pixels <= MAX_PIXELS or not self.fits(self.pixels):
+            raise ValueError(f"pixels: expected 1..{MAX_PIXELS} with registers for the output stage and at most "
+                             f"{MAX_COLUMNS} source columns per block, got {self.pixels}")
 
-    def _fits(self, p: int) -> bool:
+    def fits(self, p: int) -> bool:
+        """Whether blocks of ``p`` pixels fit: registers (for every zero-point route, so a
+        primitive's P serves them all) and the 64-bit column mask."""
         path = self.path
-        compute = p + 4  # accumulators, weights, two x, zero point
+        compute = p + 4  # accumulators, at least one weight, x, a product temporary, zero point
         stage = p + output_registers_needed(path, self.output, 1)
-        return compute <= path.registers and stage <= path.registers
+        return (compute <= path.registers and stage <= path.registers
+                and len(block_columns(p, self.kw, self.sw, self.dw)) <= MAX_COLUMNS)
 
     @property
     def path(self) -> Path:
@@ -149,8 +203,24 @@ class DwKernelSpec:
         return self.path.kind == "vnni"
 
     @property
+    def temporaries(self) -> int:
+        """Vector registers of the accumulation besides accumulators and weights."""
+        product = 0 if self.vnni and self.zp != "s32" else 1
+        return 1 + product + (self.zp != "none")  # x, product, zero point
+
+    @property
+    def group(self) -> int:
+        """Weight vectors held at once: the whole row of KW taps where registers allow."""
+        return min(self.kw, self.path.registers - self.pixels - self.temporaries)
+
+    @cached_property
+    def columns(self) -> tuple[int, ...]:
+        return block_columns(self.pixels, self.kw, self.sw, self.dw)
+
+    @property
     def name(self) -> str:
-        return f"dw_{self.src_dt}s8{self.output.dst_dt}_zp{self.zp}_{self.isa}_p{self.pixels}"
+        return (f"dw_{self.src_dt}s8{self.output.dst_dt}_zp{self.zp}_{self.isa}_p{self.pixels}"
+                f"_kw{self.kw}s{self.sw}d{self.dw}")
 
 
 def args_offsets() -> dict[str, int]:
@@ -167,40 +237,79 @@ def generate(spec: DwKernelSpec):
 
     argument = asm.Argument(asm.ptr(asm.uint8_t), "args")
     return build(spec.name, spec.isa, SIGNATURE, (argument,), lambda: _emit(spec, argument),
-                 meta={"spec": repr(spec), "pixels": spec.pixels})
+                 meta={"spec": repr(spec), "pixels": spec.pixels, "group": spec.group})
+
+
+class _Stepper:
+    """Addresses ``base + i*unit`` for increasing i through a running pointer, with the
+    unit and three units in registers: from the pointer, i - at in {0, 1, 2, 3, 4, 6, 8,
+    12, 24} is one operand; farther targets move the pointer with LEA first."""
+
+    def __init__(self, base, running, unit, unit3):
+        self.base, self.running, self.unit, self.unit3 = base, running, unit, unit3
+        self.at = 0
+        self.current = base  # the running register once the pointer has moved
+
+    def _offsets(self) -> dict:
+        u, u3, p = self.unit, self.unit3, self.current
+        return {0: p + 0, 1: p + u * 1, 2: p + u * 2, 3: p + u3 * 1, 4: p + u * 4, 6: p + u3 * 2, 8: p + u * 8,
+                12: p + u3 * 4, 24: p + u3 * 8}
+
+    def address(self, i: int):
+        from jit.asm import LEA
+
+        if i < self.at:
+            raise AssertionError("columns and taps are visited in increasing order")
+        while i - self.at not in self._offsets():
+            step = max(s for s in self._offsets() if s <= i - self.at)
+            LEA(self.running, [self._offsets()[step]])
+            self.current, self.at = self.running, self.at + step
+        return self._offsets()[i - self.at]
 
 
 def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, read top down
     from jit import asm
-    from jit.asm import (ADD, CMP, DEC, IMUL, INC, JE, JG, JGE, JL, JMP, JNE, JNZ, JZ, LABEL, LEA, MOV,
-                         SHR, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11,
-                         r12, r13, r14, r15)
+    from jit.asm import (ADD, BT, CMP, DEC, IMUL, JE, JGE, JL, JLE, JMP, JNC, JNE, JNZ, JZ, LABEL, LEA,
+                         MOV, SHL, SHR, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12,
+                         r13, r14, r15)
 
     path = spec.path
     wide = path.bits == 512
     lanes = path.lanes
-    P = spec.pixels
+    P, G = spec.pixels, spec.group
     off = args_offsets()
     dst_bytes = spec.output.dst_bytes
     V = lambda i: vector_register(path, i)  # noqa: E731
     A = lambda f: [rdi + off[f]]  # noqa: E731
     acc = [V(i) for i in range(P)]
-    wreg, xregs, zpv = V(P), (V(P + 1), V(P + 2)), V(P + 3)
+    wregs = [V(P + i) for i in range(G)]
+    spare = [V(P + G + i) for i in range(spec.temporaries)]
+    x = spare[0]
+    prod = spare[1] if spec.temporaries > 1 and not (spec.vnni and spec.zp != "s32") else None
+    zpv = spare[-1] if spec.zp != "none" else None
     ktail = asm.KRegister(physical_id=7)  # the output stage uses k1..k(nr)
     vxor = asm.VPXORD if wide else asm.VPXOR
     widen = asm.VPMOVSXBD if spec.src_dt == "s8" else asm.VPMOVZXBD
     src_operand = asm.oword if wide else asm.qword
+    columns = spec.columns
+    # kw taps in groups of at most G weight registers (one group unless KW is large)
+    groups = [list(range(k, min(spec.kw, k + G))) for k in range(0, spec.kw, G)]
 
-    # GPRs. Whole call: rdi args, r12 src row (first valid kh), r14 channel*4, rsi ow.
-    # Accumulation: rax/rdx src of pixels 0-2/3-5 at the tap, r8 src_px, r9 weights at the
-    # tap, rcx/r10 src/weights at the kh row's first tap, rbx kh count, rbp kw count,
-    # r11 kw taps, r15 src_dw, r13 w_tap. Output stage: r13 n_left, r15 pixel*4,
-    # r10/rcx dst of pixels 0-2/3-5, r11 dst_px; rax, rdx, r8, r9 its scratch.
+    # GPRs. Whole call: rdi args, r12 src row (first valid kh, column -pad_l), r14
+    # channel*4, rsi first ow of the block, rbp its block-table entry.
+    # Accumulation: rax src of the kh row at the block's column 0, rcx running column
+    # pointer, rdx weights of the kh row, r8 running weight pointer, rbx kh rows left,
+    # r9/r10 C/3C, r11/r13 w_tap/3*w_tap, r15 column mask.
+    # Output stage: r13 n_left, r15 pixel*4, r11 dst_px, r10/rcx/rbx dst of pixels
+    # 0-2/3-5/6-8; rax, rdx, r8, r9 its scratch.
     asm.LOAD.ARGUMENT(rdi, argument)
     if wide:
         asm.KMOVW(ktail, asm.word[A("tail_mask")[0]])
+    for state, start in (("src", "src0"), ("dst", "dst0"), ("rows", "rows0"), ("oh", "oh0"), ("pix", "pix0")):
+        MOV(rax, A(start))
+        MOV(A(state), rax)
 
-    def load_x(x, address, kind) -> None:
+    def load_x(address, kind) -> None:
         """x = the block's channels of one source pixel, widened to s32 lanes (minus zp)."""
         if kind == "full":
             widen(x, src_operand[address])
@@ -215,90 +324,93 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
             else:
                 asm.VPINSRB(xx, xx, asm.byte[address], 0)
             widen(x, xx)
-        if spec.zp != "none":
+        if zpv is not None:
             asm.VPSUBD(x, x, zpv)
 
-    def multiply_add(a, x) -> None:
+    def multiply_add(a, w) -> None:
         if spec.zp == "s32":
-            asm.VPMULLD(x, x, wreg)
-            asm.VPADDD(a, a, x)
+            asm.VPMULLD(prod, x, w)
+            asm.VPADDD(a, a, prod)
         elif spec.vnni:
-            asm.VPDPWSSD(a, x, wreg, vex=path.vex)
+            asm.VPDPWSSD(a, x, w, vex=path.vex)
         else:
-            asm.VPMADDWD(x, x, wreg)
-            asm.VPADDD(a, a, x)
+            asm.VPMADDWD(prod, x, w)
+            asm.VPADDD(a, a, prod)
 
-    def src_pixel(p):
-        base = rax if p < 3 else rdx
-        return [base + 0, base + r8 * 1, base + r8 * 2][p % 3]
+    def test_column(rank: int, skip: Label) -> None:
+        """Jump to ``skip`` unless bit ``rank`` of the block's column mask (r15) is set."""
+        if rank < 31:  # TEST's imm32 is sign-extended: bits 0..30 only
+            TEST(r15.as_dword, 1 << rank)
+            JZ(skip)
+        else:
+            BT(r15, rank)
+            JNC(skip)
 
-    def c_row(i):
-        base = r10 if i < 3 else rcx
-        return [base + 0, base + r11 * 1, base + r11 * 2][i % 3]
-
-    def block(n: int, kind) -> None:
-        """``n`` pixels from ow = rsi, one channel block at r14: accumulate, output stage."""
-        LEA(rbx, [rsi + rsi * 2])
-        MOV(rcx, A("wtab"))
-        LEA(rcx, [rcx + rbx * 8])          # the column table's entry of ow
-        MOV(rax, r14)
-        SHR(rax, 2)
-        ADD(rax, r12)
-        ADD(rax, [rcx])                    # src: row, channel, first valid kw
-        MOV(r10, A("wrow"))
-        ADD(r10, r14)
-        ADD(r10, [rcx + 8])                # weights: first valid kh and kw, channel
-        MOV(r11, [rcx + 16])               # kw taps
-        MOV(rcx, rax)
-        MOV(rbx, A("khn"))
-        for a in acc[:n]:
+    def accumulate(kind, checked: bool) -> None:
+        """acc[0..P) = the block's sums over the valid kh rows (columns tested if ``checked``)."""
+        MOV(rax, rsi)
+        IMUL(rax, A("src_px"))             # ow0*SW*C
+        MOV(rcx, r14)
+        SHR(rcx, 2)
+        ADD(rax, rcx)
+        ADD(rax, r12)                      # src: kh row, block's column 0, channel
+        MOV(rdx, A("wrow"))
+        ADD(rdx, r14)                      # weights: the row's first valid kh, kw 0, channel
+        for a in acc:
             vxor(a, a, a)
         if kind not in ("full", "masked"):
-            for x in xregs:
-                vxor(x, x, x)              # piece loads fill the low bytes only
-        if spec.zp != "none":
+            vxor(x, x, x)                  # piece loads fill the low bytes only
+        if zpv is not None:
             asm.VPBROADCASTD(zpv, asm.dword[A("zp")[0]])
+        if checked:
+            MOV(r15, [rbp])
         done = Label()
+        MOV(rbx, A("khn"))
         TEST(rbx, rbx)
         JZ(done)
-        TEST(r11, r11)
-        JZ(done)
-        if n > 1:
-            MOV(r8, A("src_px"))
-        MOV(r15, A("src_dw"))
-        MOV(r13, A("w_tap"))
-        kh_loop, kw_loop = Label(), Label()
+        MOV(r9, A("C"))
+        MOV(r10, A("C3"))
+        MOV(r11, A("w_tap"))
+        MOV(r13, A("w_tap3"))
+        kh_loop = Label()
         LABEL(kh_loop)
-        MOV(rax, rcx)
-        if n > 3:
-            LEA(rdx, [r8 + r8 * 2])
-            ADD(rdx, rax)
-        MOV(r9, r10)
-        MOV(rbp, r11)
-        LABEL(kw_loop)
-        if wide:
-            asm.VMOVDQU32(wreg, [r9])
-        else:
-            asm.VMOVDQU(wreg, [r9])
-        if spec.zp == "s32":
-            asm.VPSLLD(wreg, wreg, 16)
-            asm.VPSRAD(wreg, wreg, 16)
-        for p in range(n):
-            x = xregs[p % 2]
-            load_x(x, src_pixel(p), kind)
-            multiply_add(acc[p], x)
-        ADD(rax, r15)
-        if n > 3:
-            ADD(rdx, r15)
-        ADD(r9, r13)
-        DEC(rbp)
-        JNZ(kw_loop)
-        ADD(rcx, A("src_dh"))
-        ADD(r10, A("w_kh"))
+        for taps in groups:
+            weights = _Stepper(rdx, r8, r11, r13)
+            for k in taps:
+                w = wregs[k - taps[0]]
+                if wide:
+                    asm.VMOVDQU32(w, [weights.address(k)])
+                else:
+                    asm.VMOVDQU(w, [weights.address(k)])
+                if spec.zp == "s32":
+                    asm.VPSLLD(w, w, 16)
+                    asm.VPSRAD(w, w, 16)
+            src = _Stepper(rax, rcx, r9, r10)
+            for rank, j in enumerate(columns):
+                users = [(p, k) for p in range(P) for k in taps if p * spec.sw + k * spec.dw == j]
+                if not users:
+                    continue
+                address = src.address(j)
+                skip = Label()
+                if checked:
+                    test_column(rank, skip)
+                load_x(address, kind)
+                for p, k in users:
+                    multiply_add(acc[p], wregs[k - taps[0]])
+                LABEL(skip)
+        ADD(rax, A("src_dh"))
+        ADD(rdx, A("w_kh"))
         DEC(rbx)
         JNZ(kh_loop)
         LABEL(done)
-        # output stage: dst of the block, pixel index, valid channels
+
+    def c_row(i):
+        base = [r10, rcx, rbx][i // 3]
+        return base + 0 if i % 3 == 0 else base + r11 * (i % 3)
+
+    def output(kind, per_pixel: bool) -> None:
+        """The output stage: P pixels at once, or (``per_pixel``) pixel by pixel while the
+        block has them (its pixel count is in the block table)."""
         MOV(r11, A("dst_px"))
         MOV(r10, rsi)
         IMUL(r10, r11)
@@ -309,40 +421,68 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
             MOV(rax, r14)
             SHR(rax, 2)
             ADD(r10, rax)
-        if n > 3:
+        if P > 3:
             LEA(rcx, [r11 + r11 * 2])
             ADD(rcx, r10)
+        if P > 6:
+            LEA(rbx, [r11 + r11 * 2])
+            ADD(rbx, rcx)
         MOV(r15, A("pix"))
         ADD(r15, rsi)
-        asm.SHL(r15, 2)
+        SHL(r15, 2)
         if kind == "full":
             MOV(r13.as_dword, lanes)
         elif kind == "masked":
             MOV(r13, A("tail"))
         else:
             MOV(r13.as_dword, kind)
-        free = [V(j) for j in range(n, path.registers)]
-        ctx = OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
-                            n_left=r13, c_row=c_row, free_vectors=free, free_gprs=[rax, rdx, r8, r9])
-        emit_output(ctx, [[a] for a in acc[:n]], n, 1)
 
-    def pixel_loop(kind, blocks: bool) -> None:
-        """Every ow of the row for the channel block at r14."""
-        loop, single, nxt = Label(), Label(), Label()
+        def context(pixels: range, rows):
+            free = [V(j) for j in range(path.registers) if j not in pixels]
+            return OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
+                                 n_left=r13, c_row=rows, free_vectors=free, free_gprs=[rax, rdx, r8, r9])
+
+        if not per_pixel:
+            emit_output(context(range(P), c_row), [[a] for a in acc], P, 1)
+            return
+        end = Label()
+        for pixel in range(P):
+            if pixel:
+                CMP(asm.qword[rbp + 8], pixel)
+                JLE(end)                   # the block has no pixel `pixel`
+                ADD(r15, 4)
+            address = c_row(pixel)
+            # later pixels' accumulators are still live: not free for this stage
+            emit_output(context(range(pixel, P), lambda i, a=address: a), [[acc[pixel]]], 1, 1)
+        LABEL(end)
+
+    def block(kind, body: str) -> None:
+        accumulate(kind, checked=body != "interior")
+        output(kind, per_pixel=body == "partial")
+
+    def pixel_loop(kind) -> None:
+        """Every block of the row for the channel block at r14."""
+        loop, checked, partial, nxt = Label(), Label(), Label(), Label()
         XOR(rsi.as_dword, rsi.as_dword)
+        MOV(rbp, A("btab"))
         LABEL(loop)
-        if blocks and P > 1:
+        if kind in ("full", "masked"):
             CMP(rsi, A("ow_lo"))
-            JL(single)
-            CMP(rsi, A("ow_blk_last"))
-            JG(single)
-            block(P, kind)
-            ADD(rsi, P)
+            JL(checked)
+            CMP(rsi, A("ow_hi"))
+            JGE(checked)
+            block(kind, "interior")
             JMP(nxt)
-        LABEL(single)
-        block(1, kind)
-        INC(rsi)
+            LABEL(checked)
+            CMP(asm.qword[rbp + 8], P)
+            JNE(partial)
+            block(kind, "edge")
+            JMP(nxt)
+        LABEL(partial)
+        block(kind, "partial")
         LABEL(nxt)
+        ADD(rsi, P)
+        ADD(rbp, 16)
         CMP(rsi, A("OW"))
         JL(loop)
 
@@ -366,7 +506,7 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
     LABEL(full_loop)
     CMP(r14, A("full_bytes"))
     JGE(full_done)
-    pixel_loop("full", True)
+    pixel_loop("full")
     ADD(r14, 4 * lanes)
     JMP(full_loop)
     LABEL(full_done)
@@ -374,14 +514,14 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         no_tail = Label()
         CMP(asm.qword[A("tail")[0]], 0)
         JE(no_tail)
-        pixel_loop("masked", True)
+        pixel_loop("masked")
         LABEL(no_tail)
     else:
         for width in (4, 2, 1):
             skip = Label()
             TEST(asm.qword[A("tail")[0]], width)
             JZ(skip)
-            pixel_loop(width, False)
+            pixel_loop(width)
             ADD(r14, 4 * width)
             LABEL(skip)
 
@@ -391,7 +531,7 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
     MOV(rax, A("OW"))
     ADD(A("pix"), rax)
     MOV(rax, A("oh"))
-    INC(rax)
+    asm.INC(rax)
     CMP(rax, A("OH"))
     JNE(same_image)
     XOR(rax.as_dword, rax.as_dword)

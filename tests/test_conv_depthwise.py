@@ -213,13 +213,21 @@ def test_packed_weights_and_layouts(isa_path):
 
 
 def test_kernels_cached_by_structure_not_size():
+    """Channels, image sizes and KH are run-time values: one kernel serves them all; the
+    window along W (KW, stride, dilation) and the block size shape the code."""
     from jit import cache
 
-    pds = [DepthwiseConvDesc(desc((1, c, h, h), "u8", "nhwc"), desc((c, 1, 1, k, k), "s8", "goihw"),
-                             desc((1, c, h - k + 1, h - k + 1), "s32", "nhwc"))
-           for c, h, k in ((8, 9, 3), (100, 12, 5), (33, 8, 1))]
-    kernels = {id(cache.get_kernel(("depthwise", pd.spec), lambda: None)) for pd in pds}
+    def pd(c, h, w, kh, kw, stride=1):
+        return DepthwiseConvDesc(desc((1, c, h, w), "u8", "nhwc"), desc((c, 1, 1, kh, kw), "s8", "goihw"),
+                                 desc((1, c, (h - kh) // stride + 1, (w - kw) // stride + 1), "s32", "nhwc"),
+                                 strides=(stride, stride))
+
+    same = [pd(c, h, 16, kh, 3) for c, h, kh in ((8, 9, 3), (100, 12, 5), (33, 8, 1))]
+    assert len({p.spec.pixels for p in same}) == 1
+    kernels = {id(cache.get_kernel(("depthwise", p.spec), lambda: None)) for p in same}
     assert len(kernels) == 1
+    other = [pd(8, 9, 16, 3, 5), pd(8, 9, 17, 3, 3, stride=2)]
+    assert len({p.spec for p in same[:1] + other}) == 3
 
 
 def test_threads_and_user_scratchpad(isa_path):
