@@ -78,7 +78,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from jit.dot import Path, fast_path, vector_register
+from jit.dot import Path, fast_path, vector_constant, vector_register
 from jit.output import (OUTPUT_FIELDS, OutputContext, OutputSpec, args_cdef_fields, emit_output,
                         output_registers_needed)
 
@@ -95,6 +95,7 @@ struct i8j_dw_args {
     int64_t OH; int64_t OW;
     int64_t img_bytes;    /* IH*IW*C */
     int64_t C; int64_t C3;  /* src bytes between neighbouring pixels of a row, and 3 times that */
+    int64_t pair_bytes;   /* 4 * channels in pairs of full vectors (kernels of two vectors per block) */
     int64_t full_bytes;   /* 4 * channels in full vectors */
     int64_t tail;         /* channels after the full vectors */
     uint64_t tail_mask;   /* AVX-512: lanes of the tail */
@@ -118,11 +119,17 @@ struct i8j_dw_args {
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_dw_args *)"
 FIELDS = ("src0", "dst0", "wei", "htab", "btab", "rows0", "oh0", "pix0", "OH", "OW", "img_bytes", "C", "C3",
-          "full_bytes", "tail", "tail_mask", "src_px", "src_dh", "w_tap", "w_tap3", "w_kh", "dst_px", "row_dst",
-          "ow_lo", "ow_hi", "zp", "src", "dst", "rows", "oh", "pix", "wrow", "khn") + OUTPUT_FIELDS
+          "pair_bytes", "full_bytes", "tail", "tail_mask", "src_px", "src_dh", "w_tap", "w_tap3", "w_kh", "dst_px",
+          "row_dst", "ow_lo", "ow_hi", "zp", "src", "dst", "rows", "oh", "pix", "wrow", "khn") + OUTPUT_FIELDS
 ZP_ROUTES = ("none", "s16", "s32")
 MAX_PIXELS = 9  # three dst bases of three pixels each in the output stage
 MAX_COLUMNS = 64  # distinct source columns of a block: one bit each in a 64-bit mask
+# Dot blocks: a 16-channel source vector broadcast to the four 128-bit lanes, so dword
+# lane i = 4*b + q holds channels 4q..4q+3; its weight dword has one nonzero byte, at
+# position b, so VPDPBUSD adds x[c] * w[c] for c = 4q + b alone (exact: one u8 * s8
+# product per lane). VPERMD by _DOT_UNPERMUTE puts channel j back in lane j.
+DOT_LANES = tuple(4 * (i % 4) + i // 4 for i in range(16))  # lane i -> its channel
+_DOT_UNPERMUTE = tuple(DOT_LANES.index(j) for j in range(16))
 S16_ZP_RANGE = {"u8": (255 - 32767, 32768), "s8": (127 - 32767, 32768 - 128)}  # x - zp fits s16
 
 
@@ -146,7 +153,9 @@ class DwKernelSpec:
 
     ``kw``, ``sw``, ``dw``: the window's width, stride and dilation + 1 along W (the
     column schedule is unrolled for them); ``pixels``: P, output pixels per block
-    (0: the most that fits).
+    (0: the most that fits); ``vectors``: channel vectors per block while two full ones
+    are left (1 or 2; 0: 2 on the zmm VNNI path, where VPDPWSSD's latency needs more
+    independent accumulators than P, else 1).
     """
 
     isa: str
@@ -157,6 +166,8 @@ class DwKernelSpec:
     kw: int = 1
     sw: int = 1
     dw: int = 1
+    vectors: int = 0
+    dot: bool = False
 
     def __post_init__(self):
         fast_path(self.isa)
@@ -170,6 +181,13 @@ class DwKernelSpec:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         if self.kw > MAX_COLUMNS:
             raise ValueError(f"kw: at most {MAX_COLUMNS} taps along W, got {self.kw}")
+        if self.dot and not (self.isa == "avx512_core_vnni" and self.src_dt == "u8" and self.zp == "none"):
+            raise ValueError("dot: the broadcast VPDPBUSD blocks take a u8 source without zero point on "
+                             f"avx512_core_vnni, not {self.src_dt} (zero point route {self.zp}) on {self.isa}")
+        if self.vectors == 0:
+            object.__setattr__(self, "vectors", 2 if self.path.bits == 512 and self.vnni else 1)
+        if self.vectors not in (1, 2):
+            raise ValueError(f"vectors: expected 1 or 2 channel vectors per block, got {self.vectors!r}")
         if self.pixels == 0:
             for p in range(MAX_PIXELS, 0, -1):
                 if self.fits(p):
@@ -182,11 +200,12 @@ class DwKernelSpec:
                              f"{MAX_COLUMNS} source columns per block, got {self.pixels}")
 
     def fits(self, p: int) -> bool:
-        """Whether blocks of ``p`` pixels fit: registers (for every zero-point route, so a
-        primitive's P serves them all) and the 64-bit column mask."""
-        path = self.path
-        compute = p + 4  # accumulators, at least one weight, x, a product temporary, zero point
-        stage = p + output_registers_needed(path, self.output, 1)
+        """Whether blocks of ``p`` pixels (of ``vectors`` channel vectors) fit: registers (for
+        every zero-point route, so a primitive's P serves them all) and the 64-bit column
+        mask."""
+        path, nv = self.path, self.vectors
+        compute = nv * p + nv + 3  # accumulators, a weight per vector, x, a product temporary, zero point
+        stage = nv * p + output_registers_needed(path, self.output, nv)
         return (compute <= path.registers and stage <= path.registers
                 and len(block_columns(p, self.kw, self.sw, self.dw)) <= MAX_COLUMNS)
 
@@ -208,10 +227,10 @@ class DwKernelSpec:
         product = 0 if self.vnni and self.zp != "s32" else 1
         return 1 + product + (self.zp != "none")  # x, product, zero point
 
-    @property
-    def group(self) -> int:
-        """Weight vectors held at once: the whole row of KW taps where registers allow."""
-        return min(self.kw, self.path.registers - self.pixels - self.temporaries)
+    def group(self, vectors: int) -> int:
+        """Taps whose weights are held at once by a block of ``vectors`` channel vectors:
+        the whole row of KW where registers allow."""
+        return min(self.kw, (self.path.registers - vectors * self.pixels - self.temporaries) // vectors)
 
     @cached_property
     def columns(self) -> tuple[int, ...]:
@@ -219,8 +238,8 @@ class DwKernelSpec:
 
     @property
     def name(self) -> str:
-        return (f"dw_{self.src_dt}s8{self.output.dst_dt}_zp{self.zp}_{self.isa}_p{self.pixels}"
-                f"_kw{self.kw}s{self.sw}d{self.dw}")
+        return (f"dw_{self.src_dt}s8{self.output.dst_dt}_zp{self.zp}_{self.isa}_p{self.pixels}v{self.vectors}"
+                f"_kw{self.kw}s{self.sw}d{self.dw}{'_dot' if self.dot else ''}")
 
 
 def args_offsets() -> dict[str, int]:
@@ -237,7 +256,7 @@ def generate(spec: DwKernelSpec):
 
     argument = asm.Argument(asm.ptr(asm.uint8_t), "args")
     return build(spec.name, spec.isa, SIGNATURE, (argument,), lambda: _emit(spec, argument),
-                 meta={"spec": repr(spec), "pixels": spec.pixels, "group": spec.group})
+                 meta={"spec": repr(spec), "pixels": spec.pixels, "vectors": spec.vectors, "dot": spec.dot})
 
 
 class _Stepper:
@@ -267,33 +286,54 @@ class _Stepper:
         return self._offsets()[i - self.at]
 
 
+@dataclass(frozen=True)
+class _Kind:
+    """A channel block's kind: ``what`` is "full" (whole vectors, widened), "dot" (whole
+    vectors, broadcast + VPDPBUSD), "masked" (the AVX-512 tail) or an AVX2 piece width
+    (4, 2, 1 channels); ``vectors`` of them per block."""
+
+    what: object
+    vectors: int = 1
+
+    @property
+    def whole(self) -> bool:
+        return self.what in ("full", "dot", "masked")
+
+
 def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, read top down
     from jit import asm
-    from jit.asm import (ADD, BT, CMP, DEC, IMUL, JE, JGE, JL, JLE, JMP, JNC, JNE, JNZ, JZ, LABEL, LEA,
-                         MOV, SHL, SHR, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12,
-                         r13, r14, r15)
+    from jit.asm import (ADD, BT, CMP, DEC, IMUL, JE, JGE, JL, JLE, JMP, JNC, JNE, JNZ, JZ, LABEL, LEA, MOV, SHL,
+                         SHR, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14,
+                         r15)
 
     path = spec.path
     wide = path.bits == 512
-    lanes = path.lanes
-    P, G = spec.pixels, spec.group
+    lanes, vb = path.lanes, path.vector_bytes
+    P = spec.pixels
     off = args_offsets()
     dst_bytes = spec.output.dst_bytes
     V = lambda i: vector_register(path, i)  # noqa: E731
     A = lambda f: [rdi + off[f]]  # noqa: E731
-    acc = [V(i) for i in range(P)]
-    wregs = [V(P + i) for i in range(G)]
-    spare = [V(P + G + i) for i in range(spec.temporaries)]
-    x = spare[0]
-    prod = spare[1] if spec.temporaries > 1 and not (spec.vnni and spec.zp != "s32") else None
-    zpv = spare[-1] if spec.zp != "none" else None
     ktail = asm.KRegister(physical_id=7)  # the output stage uses k1..k(nr)
     vxor = asm.VPXORD if wide else asm.VPXOR
     widen = asm.VPMOVSXBD if spec.src_dt == "s8" else asm.VPMOVZXBD
     src_operand = asm.oword if wide else asm.qword
     columns = spec.columns
-    # kw taps in groups of at most G weight registers (one group unless KW is large)
-    groups = [list(range(k, min(spec.kw, k + G))) for k in range(0, spec.kw, G)]
+
+    class Regs:
+        """Vector registers of a block of ``nv`` channel vectors: acc[p][v], weights w[k][v]
+        of the current kw group, x, the product temporary, the zero point."""
+
+        def __init__(self, nv: int):
+            self.nv, self.group = nv, spec.group(nv)
+            self.acc = [[V(p * nv + v) for v in range(nv)] for p in range(P)]
+            self.w = [[V(nv * P + k * nv + v) for v in range(nv)] for k in range(self.group)]
+            spare = [V(nv * (P + self.group) + i) for i in range(spec.temporaries)]
+            self.x = spare[0]
+            self.prod = spare[1] if not (spec.vnni and spec.zp != "s32") else None
+            self.zpv = spare[-1] if spec.zp != "none" else None
+            # kw taps in groups of at most `group` (one group unless KW is large)
+            self.groups = [list(range(k, min(spec.kw, k + self.group))) for k in range(0, spec.kw, self.group)]
 
     # GPRs. Whole call: rdi args, r12 src row (first valid kh, column -pad_l), r14
     # channel*4, rsi first ow of the block, rbp its block-table entry.
@@ -309,33 +349,39 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         MOV(rax, A(start))
         MOV(A(state), rax)
 
-    def load_x(address, kind) -> None:
-        """x = the block's channels of one source pixel, widened to s32 lanes (minus zp)."""
-        if kind == "full":
+    def load_x(r: Regs, address, kind: _Kind) -> None:
+        """x = a block vector's channels of one source pixel, widened to s32 lanes (minus zp)."""
+        x = r.x
+        if kind.what == "dot":
+            asm.VBROADCASTI32X4(x, asm.oword[address])  # a load-port uop: no shuffle
+            return
+        if kind.what == "full":
             widen(x, src_operand[address])
-        elif kind == "masked":
+        elif kind.what == "masked":
             widen(x(ktail.z), asm.oword[address])
-        else:  # AVX2 piece of `kind` channels: exactly that many bytes
+        else:  # AVX2 piece of `kind.what` channels: exactly that many bytes
             xx = x.as_xmm
-            if kind == 4:
+            if kind.what == 4:
                 asm.VMOVD(xx, asm.dword[address])
-            elif kind == 2:
+            elif kind.what == 2:
                 asm.VPINSRW(xx, xx, asm.word[address], 0)
             else:
                 asm.VPINSRB(xx, xx, asm.byte[address], 0)
             widen(x, xx)
-        if zpv is not None:
-            asm.VPSUBD(x, x, zpv)
+        if r.zpv is not None:
+            asm.VPSUBD(x, x, r.zpv)
 
-    def multiply_add(a, w) -> None:
-        if spec.zp == "s32":
-            asm.VPMULLD(prod, x, w)
-            asm.VPADDD(a, a, prod)
+    def multiply_add(r: Regs, a, w, kind: _Kind) -> None:
+        if kind.what == "dot":
+            asm.VPDPBUSD(a, r.x, w)
+        elif spec.zp == "s32":
+            asm.VPMULLD(r.prod, r.x, w)
+            asm.VPADDD(a, a, r.prod)
         elif spec.vnni:
-            asm.VPDPWSSD(a, x, w, vex=path.vex)
+            asm.VPDPWSSD(a, r.x, w, vex=path.vex)
         else:
-            asm.VPMADDWD(prod, x, w)
-            asm.VPADDD(a, a, prod)
+            asm.VPMADDWD(r.prod, r.x, w)
+            asm.VPADDD(a, a, r.prod)
 
     def test_column(rank: int, skip: Label) -> None:
         """Jump to ``skip`` unless bit ``rank`` of the block's column mask (r15) is set."""
@@ -346,8 +392,8 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
             BT(r15, rank)
             JNC(skip)
 
-    def accumulate(kind, checked: bool) -> None:
-        """acc[0..P) = the block's sums over the valid kh rows (columns tested if ``checked``)."""
+    def accumulate(r: Regs, kind: _Kind, checked: bool) -> None:
+        """acc = the block's sums over the valid kh rows (columns tested if ``checked``)."""
         MOV(rax, rsi)
         IMUL(rax, A("src_px"))             # ow0*SW*C
         MOV(rcx, r14)
@@ -356,12 +402,13 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         ADD(rax, r12)                      # src: kh row, block's column 0, channel
         MOV(rdx, A("wrow"))
         ADD(rdx, r14)                      # weights: the row's first valid kh, kw 0, channel
-        for a in acc:
-            vxor(a, a, a)
-        if kind not in ("full", "masked"):
-            vxor(x, x, x)                  # piece loads fill the low bytes only
-        if zpv is not None:
-            asm.VPBROADCASTD(zpv, asm.dword[A("zp")[0]])
+        for row in r.acc:
+            for a in row:
+                vxor(a, a, a)
+        if not kind.whole:
+            vxor(r.x, r.x, r.x)            # piece loads fill the low bytes only
+        if r.zpv is not None:
+            asm.VPBROADCASTD(r.zpv, asm.dword[A("zp")[0]])
         if checked:
             MOV(r15, [rbp])
         done = Label()
@@ -374,17 +421,16 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         MOV(r13, A("w_tap3"))
         kh_loop = Label()
         LABEL(kh_loop)
-        for taps in groups:
+        for taps in r.groups:
             weights = _Stepper(rdx, r8, r11, r13)
             for k in taps:
-                w = wregs[k - taps[0]]
-                if wide:
-                    asm.VMOVDQU32(w, [weights.address(k)])
-                else:
-                    asm.VMOVDQU(w, [weights.address(k)])
-                if spec.zp == "s32":
-                    asm.VPSLLD(w, w, 16)
-                    asm.VPSRAD(w, w, 16)
+                address = weights.address(k)
+                for v in range(r.nv):
+                    w = r.w[k - taps[0]][v]
+                    (asm.VMOVDQU32 if wide else asm.VMOVDQU)(w, [address + v * vb])
+                    if spec.zp == "s32":
+                        asm.VPSLLD(w, w, 16)
+                        asm.VPSRAD(w, w, 16)
             src = _Stepper(rax, rcx, r9, r10)
             for rank, j in enumerate(columns):
                 users = [(p, k) for p in range(P) for k in taps if p * spec.sw + k * spec.dw == j]
@@ -394,9 +440,10 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
                 skip = Label()
                 if checked:
                     test_column(rank, skip)
-                load_x(address, kind)
-                for p, k in users:
-                    multiply_add(acc[p], wregs[k - taps[0]])
+                for v in range(r.nv):
+                    load_x(r, address + v * lanes, kind)
+                    for p, k in users:
+                        multiply_add(r, r.acc[p][v], r.w[k - taps[0]][v], kind)
                 LABEL(skip)
         ADD(rax, A("src_dh"))
         ADD(rdx, A("w_kh"))
@@ -408,7 +455,7 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         base = [r10, rcx, rbx][i // 3]
         return base + 0 if i % 3 == 0 else base + r11 * (i % 3)
 
-    def output(kind, per_pixel: bool) -> None:
+    def output(r: Regs, kind: _Kind, per_pixel: bool) -> None:
         """The output stage: P pixels at once, or (``per_pixel``) pixel by pixel while the
         block has them (its pixel count is in the block table)."""
         MOV(r11, A("dst_px"))
@@ -430,20 +477,28 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         MOV(r15, A("pix"))
         ADD(r15, rsi)
         SHL(r15, 2)
-        if kind == "full":
-            MOV(r13.as_dword, lanes)
-        elif kind == "masked":
+        if kind.what == "dot":
+            # lane i of a dot accumulator holds channel 4*(i%4) + i//4 (see DOT_LANES)
+            index = r.w[0][0]
+            asm.VMOVDQU32(index, vector_constant(path, _DOT_UNPERMUTE, "dw_dot_unpermute"))
+            for row in r.acc:
+                for a in row:
+                    asm.VPERMD(a, index, a)
+        if kind.what in ("full", "dot"):
+            MOV(r13.as_dword, lanes * r.nv)
+        elif kind.what == "masked":
             MOV(r13, A("tail"))
         else:
-            MOV(r13.as_dword, kind)
+            MOV(r13.as_dword, kind.what)
 
-        def context(pixels: range, rows):
-            free = [V(j) for j in range(path.registers) if j not in pixels]
+        def context(first: int, rows):
+            """Pixels first..P-1 still hold live accumulators (V(p*nv + v)); the rest is free."""
+            free = [V(j) for j in range(path.registers) if not first * r.nv <= j < P * r.nv]
             return OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
                                  n_left=r13, c_row=rows, free_vectors=free, free_gprs=[rax, rdx, r8, r9])
 
         if not per_pixel:
-            emit_output(context(range(P), c_row), [[a] for a in acc], P, 1)
+            emit_output(context(0, c_row), r.acc, P, r.nv)
             return
         end = Label()
         for pixel in range(P):
@@ -452,21 +507,21 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
                 JLE(end)                   # the block has no pixel `pixel`
                 ADD(r15, 4)
             address = c_row(pixel)
-            # later pixels' accumulators are still live: not free for this stage
-            emit_output(context(range(pixel, P), lambda i, a=address: a), [[acc[pixel]]], 1, 1)
+            emit_output(context(pixel, lambda i, a=address: a), [r.acc[pixel]], 1, r.nv)
         LABEL(end)
 
-    def block(kind, body: str) -> None:
-        accumulate(kind, checked=body != "interior")
-        output(kind, per_pixel=body == "partial")
+    def block(kind: _Kind, body: str) -> None:
+        r = Regs(kind.vectors)
+        accumulate(r, kind, checked=body != "interior")
+        output(r, kind, per_pixel=body == "partial")
 
-    def pixel_loop(kind) -> None:
+    def pixel_loop(kind: _Kind) -> None:
         """Every block of the row for the channel block at r14."""
         loop, checked, partial, nxt = Label(), Label(), Label(), Label()
         XOR(rsi.as_dword, rsi.as_dword)
         MOV(rbp, A("btab"))
         LABEL(loop)
-        if kind in ("full", "masked"):
+        if kind.whole:
             CMP(rsi, A("ow_lo"))
             JL(checked)
             CMP(rsi, A("ow_hi"))
@@ -500,28 +555,31 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
     MOV(rdx, [rcx + rax * 8 + 16])
     MOV(A("khn"), rdx)
 
-    # channel blocks: full vectors, then the tail
+    # channel blocks: pairs of full vectors (spec.vectors == 2), full vectors, the tail
     XOR(r14.as_dword, r14.as_dword)
-    full_loop, full_done = Label(), Label()
-    LABEL(full_loop)
-    CMP(r14, A("full_bytes"))
-    JGE(full_done)
-    pixel_loop("full")
-    ADD(r14, 4 * lanes)
-    JMP(full_loop)
-    LABEL(full_done)
+    for nv, bound in ((2, "pair_bytes"), (1, "full_bytes")):
+        if nv > spec.vectors:
+            continue
+        full_loop, full_done = Label(), Label()
+        LABEL(full_loop)
+        CMP(r14, A(bound))
+        JGE(full_done)
+        pixel_loop(_Kind("dot" if spec.dot else "full", nv))
+        ADD(r14, 4 * lanes * nv)
+        JMP(full_loop)
+        LABEL(full_done)
     if wide:
         no_tail = Label()
         CMP(asm.qword[A("tail")[0]], 0)
         JE(no_tail)
-        pixel_loop("masked")
+        pixel_loop(_Kind("masked"))
         LABEL(no_tail)
     else:
         for width in (4, 2, 1):
             skip = Label()
             TEST(asm.qword[A("tail")[0]], width)
             JZ(skip)
-            pixel_loop(width)
+            pixel_loop(_Kind(width))
             ADD(r14, 4 * width)
             LABEL(skip)
 

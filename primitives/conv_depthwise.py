@@ -54,18 +54,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jit.depthwise_kernel import ARGS_CDEF, MAX_COLUMNS, MAX_PIXELS, DwKernelSpec, block_columns, zp_route
+from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS, DwKernelSpec, block_columns,
+                                   zp_route)
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc
-from primitives.memory import Memory, MemoryDesc, desc, packed_desc
+from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
 from primitives.reference import dst_scale_inverse, output_pipeline, wrap_int32
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
 
 declare(ARGS_CDEF)
+_from_buffer = ffi.from_buffer
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 _NHWC = "acdb"
@@ -94,14 +96,30 @@ def _c_pad(c: int, lanes: int) -> int:
     return -(-c // lanes) * lanes
 
 
-def pack_into(w_ck: np.ndarray, out: np.ndarray, lanes: int) -> np.ndarray:
-    """Pack ``(C, taps)`` s8 weights into ``out`` (int32, ``taps*C_pad + lanes``): ``[tap][C_pad]``
-    lanes whose low s16 is the weight and high s16 zero; everything else zero."""
+def pack_into(w_ck: np.ndarray, out: np.ndarray, lanes: int, dot: bool = False) -> np.ndarray:
+    """Pack ``(C, taps)`` s8 weights into ``out`` (int32, one or two sections of
+    ``taps*C_pad + lanes``; everything not set below is zero).
+
+    Section 1 (every kernel but the dot ones): ``[tap][C_pad]`` lanes whose low s16 is
+    the weight and high s16 zero. Section 2 (``dot``, read by the broadcast VPDPBUSD
+    kernels): the same for the channels after the last whole 16, and for each whole 16
+    channels (c0..c0+15) dword lane i holds the weight of channel c0 + DOT_LANES[i] in
+    its byte i // 4 (see ``jit.depthwise_kernel``).
+    """
     c, taps = w_ck.shape
     cp = _c_pad(c, lanes)
+    section = taps * cp + lanes
     out[:] = 0
-    words = out.view(np.int16)[: 2 * taps * cp].reshape(taps, cp, 2)
+    words = out[:section].view(np.int16)[: 2 * taps * cp].reshape(taps, cp, 2)
     words[:, :c, 0] = w_ck.T
+    if dot:
+        second = out[section:2 * section]
+        full = c // 16 * 16
+        words = second.view(np.int16)[: 2 * taps * cp].reshape(taps, cp, 2)
+        words[:, full:c, 0] = w_ck[full:].T
+        lane = np.arange(full)
+        channel = lane // 16 * 16 + np.asarray(DOT_LANES)[lane % 16]
+        second.view(np.int8)[: 4 * taps * cp].reshape(taps, cp, 4)[:, lane, lane % 16 // 4] = w_ck[channel].T
     return out
 
 
@@ -109,20 +127,27 @@ def pack_into(w_ck: np.ndarray, out: np.ndarray, lanes: int) -> np.ndarray:
 class DwWeightsLayout:
     """The packed weights layout of :class:`DepthwiseConvDesc` (a ``packed`` desc's record):
     ``[KH*KW][C_pad]`` s32 lanes (weight in the low s16, zero high s16) plus one vector of
-    slack, ``C_pad`` = C rounded up to the ISA's vector lanes."""
+    slack, ``C_pad`` = C rounded up to the ISA's vector lanes; with ``dot``, a second
+    section of that size for the broadcast VPDPBUSD kernels (see :func:`pack_into`)."""
 
     isa: str
     c: int
     kh: int
     kw: int
+    dot: bool = False
 
     @property
     def lanes(self) -> int:
         return _lanes(self.isa)
 
     @property
-    def elements(self) -> int:
+    def section(self) -> int:
+        """int32 elements of one section."""
         return self.kh * self.kw * _c_pad(self.c, self.lanes) + self.lanes
+
+    @property
+    def elements(self) -> int:
+        return self.section * (2 if self.dot else 1)
 
     @property
     def nbytes(self) -> int:
@@ -135,7 +160,7 @@ class DwWeightsLayout:
         if src_logical.size != self.c * self.kh * self.kw:
             raise ValueError(f"weights: expected {self.c * self.kh * self.kw} values, got shape {src_logical.shape}")
         buf = dst.array.reshape(-1).view(np.uint8)[: self.nbytes].view(np.int32)
-        pack_into(np.asarray(src_logical).reshape(self.c, self.kh * self.kw), buf, self.lanes)
+        pack_into(np.asarray(src_logical).reshape(self.c, self.kh * self.kw), buf, self.lanes, self.dot)
         dst.payload = ("dw", self, buf)
 
 
@@ -282,6 +307,8 @@ class DepthwiseConvDesc(PrimitiveDesc):
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_dt = src_md.dt
         self.has_src_zp = SRC in attr.zero_points
+        # u8 without zero point on avx512_core_vnni: broadcast VPDPBUSD blocks (no widening)
+        self._dot = self.isa == "avx512_core_vnni" and self.src_dt == "u8"
         # Pixels per block (P): the cheapest blocking of a row (see _choose_pixels); the window
         # along W is part of the kernel (its column schedule), the rest are run-time sizes.
         g = self.geo
@@ -294,7 +321,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
         self._kernel(self.spec)
         self.lanes = self.spec.lanes
         self.c_pad = _c_pad(C, self.lanes)
-        self._weights_layout = DwWeightsLayout(self.isa, C, KH, KW)
+        self._weights_layout = DwWeightsLayout(self.isa, C, KH, KW, self._dot)
         if weights_md.is_any:
             weights_md = packed_desc(weights_md.dims, "s8", self._weights_layout, self._weights_layout.nbytes)
         self._set_desc(SRC, src_md)
@@ -314,7 +341,8 @@ class DepthwiseConvDesc(PrimitiveDesc):
 
     def kernel_spec(self, zp: str) -> DwKernelSpec:
         g = self.geo
-        return DwKernelSpec(self.isa, self.src_dt, zp, self.output, self._pixels, g.kw, g.sw, g.dw)
+        return DwKernelSpec(self.isa, self.src_dt, zp, self.output, self._pixels, g.kw, g.sw, g.dw,
+                            dot=self._dot and zp == "none")
 
     @staticmethod
     def _kernel(spec: DwKernelSpec):
@@ -414,6 +442,7 @@ class _Params:
     dst_scale_inv: float
     zp: int
     function: object  # the kernel of the zero point's route
+    wei_offset: int  # bytes from the packed weights to the section that kernel reads
 
 
 class DepthwiseConv(Primitive):
@@ -433,9 +462,12 @@ class DepthwiseConv(Primitive):
             htab[oh] = (((oh * g.sh - g.pt + k0 * g.dh) * g.iw - g.pl) * g.c if kn else 0, k0 * g.kw * w_tap, kn)
         btab, ow_lo, ow_hi = _block_table(g, P)
         self._tables = (htab, btab)
-        self._zeros = np.zeros(cp + pd.lanes, np.int32)  # col_comp: the zero point is subtracted in the kernel
+        # 64-byte aligned, as every vector the kernel reads whole: a zmm load across two cache lines
+        # costs two (the weights, the output stage's per-channel vectors)
+        self._zeros = aligned_zeros(cp + pd.lanes, np.int32)  # col_comp: the zero point is subtracted in the kernel
         self._zeros_p = pointer_to(self._zeros)
         self._w_cache = None
+        self._w_payload_seen = None
         self._params = None
         self._user = pd.attr.scratchpad_mode == "user"
         wmd = pd.weights_desc()
@@ -455,7 +487,9 @@ class DepthwiseConv(Primitive):
             s.htab, s.btab = pointer_to(htab), pointer_to(btab)
             s.rows0, s.oh0, s.pix0 = end - begin, oh0, begin * g.ow
             s.OH, s.OW, s.img_bytes, s.C, s.C3 = g.oh, g.ow, g.ih * g.iw * g.c, g.c, 3 * g.c
-            s.full_bytes, s.tail, s.tail_mask = 4 * full, g.c - full, (1 << (g.c - full)) - 1
+            pairs = full // (2 * pd.lanes) * 2 * pd.lanes if pd.spec.vectors == 2 else 0
+            s.pair_bytes, s.full_bytes = 4 * pairs, 4 * full
+            s.tail, s.tail_mask = g.c - full, (1 << (g.c - full)) - 1
             s.src_px, s.src_dh = g.sw * g.c, g.dh * g.iw * g.c
             s.w_tap, s.w_tap3, s.w_kh = w_tap, 3 * w_tap, g.kw * w_tap
             s.dst_px, s.row_dst = g.c * dst_bytes, g.ow * g.c * dst_bytes
@@ -485,12 +519,15 @@ class DepthwiseConv(Primitive):
         Python); anything else, user scratchpads, or verbose mode, goes through it."""
         checks = self._checks
         if type(args) is dict and len(args) == len(checks) and not self._user and not verbose.enabled("exec"):
-            for name, shape, dtype, packed in checks:
+            for name, shape, dtype, contiguous, packed in checks:
                 value = args.get(name)
                 if type(value) is np.ndarray:
-                    if value.shape != shape or value.dtype != dtype or not value.flags.c_contiguous:
+                    # `is`: native dtypes are singletons; any other spelling takes the generic path
+                    if value.shape != shape or value.dtype is not dtype or (contiguous
+                                                                         and not value.flags.c_contiguous):
                         break
-                elif packed is None or type(value) is not Memory or value.desc != packed:
+                elif packed is None or type(value) is not Memory or (value.desc is not packed
+                                                                     and value.desc != packed):
                     break
             else:
                 if args[DST].flags.writeable and self._run(args, None):
@@ -498,18 +535,20 @@ class DepthwiseConv(Primitive):
         super().execute(args)
 
     def _fast_checks(self) -> tuple:
-        """(name, physical shape, dtype, packed desc or None) of every argument the fast path takes."""
+        """(name, physical shape, dtype, whether the kernel reads it in place (so it must be
+        contiguous), packed desc or None) of every argument the fast path takes. Scales,
+        zero points and bias are copied into the kernel's vectors: any strides do."""
         pd = self.pd
         out = []
         for name in pd.exec_arg_names():
             md = pd.query(name)
             kind = name.partition(":")[0]
             if kind in ("scales", "zero_points"):
-                out.append((name, (md.dims[0],), np.dtype(np.float32 if kind == "scales" else np.int32), None))
+                out.append((name, (md.dims[0],), np.dtype(np.float32 if kind == "scales" else np.int32), False, None))
             elif md.is_packed:
-                out.append((name, None, None, md))
+                out.append((name, None, None, False, md))
             else:
-                out.append((name, md.physical_shape, md.numpy_dtype, None))
+                out.append((name, md.physical_shape, np.dtype(md.numpy_dtype), name != BIAS, None))
         return tuple(out)
 
     def _execute(self, mem: dict, scratchpad) -> None:
@@ -517,12 +556,19 @@ class DepthwiseConv(Primitive):
                   scratchpad if self._user else None)
 
     def _packed_weights(self, w) -> np.ndarray:
+        """The packed weights of ``w``: a packed Memory's payload (a reorder wrote it), or
+        plain weights packed here, from a one-entry cache while the same bytes come back."""
         pd = self.pd
+        seen = self._w_payload_seen
+        if type(w) is Memory and seen is not None and w.payload is seen:  # checked at an earlier call
+            return seen[2]
         if isinstance(w, Memory) and w.desc.is_packed:
             payload = w.payload
-            if not (isinstance(payload, tuple) and len(payload) == 3 and payload[:2] == ("dw", pd._weights_layout)):
+            if not (type(payload) is tuple and len(payload) == 3 and payload[0] == "dw"
+                    and (payload[1] is pd._weights_layout or payload[1] == pd._weights_layout)):
                 raise ValueError("weights: this packed memory was not filled by a reorder into the layout "
                                  "weights_desc() asked for")
+            self._w_payload_seen = payload  # a reorder into the memory again replaces the tuple
             return payload[2]
         if isinstance(w, Memory):
             logical = w.logical()
@@ -533,8 +579,9 @@ class DepthwiseConv(Primitive):
         if cached is not None and cached[0] == raw:
             return cached[1]
         g = pd.geo
+        layout = pd._weights_layout
         packed = pack_into(np.frombuffer(raw, np.int8).reshape(g.c, g.kh * g.kw),
-                           np.empty(pd._weights_layout.elements, np.int32), pd.lanes)
+                           aligned_zeros(layout.elements, np.int32), pd.lanes, layout.dot)
         self._w_cache = (raw, packed)
         return packed
 
@@ -544,7 +591,7 @@ class DepthwiseConv(Primitive):
         scale's inverse, the source zero point and its kernel. From a one-entry cache while
         the same values come back (library scratchpad mode); None where a scale is not
         finite (the generic path then says which)."""
-        key = tuple(a[name].tobytes() for name in self._param_names)
+        key = tuple([a[name].tobytes() for name in self._param_names])
         params = self._params  # replaced whole, so concurrent readers see one entry
         if scratchpad is None and params is not None and params.key == key:
             return params
@@ -559,7 +606,7 @@ class DepthwiseConv(Primitive):
         def vector(name: str) -> np.ndarray:
             if scratchpad is not None:
                 return scratchpad[pd._sp[name]].view(np.float32)
-            return np.zeros(vec_elems, np.float32)
+            return aligned_zeros(vec_elems, np.float32)
 
         arrays = []
         scale_p = bias_p = dst_zp_p = ffi.NULL
@@ -584,9 +631,11 @@ class DepthwiseConv(Primitive):
             arrays.append(vec)
             dst_zp_p = pointer_to(vec)
         zp_src = int(a[zero_points(SRC)][0]) if pd.has_src_zp else 0
-        kernel = self._kernel(zp_route(pd.src_dt, zp_src) if zp_src else "none")
+        route = zp_route(pd.src_dt, zp_src) if zp_src else "none"
+        kernel = self._kernel(route)
+        wei_offset = 4 * pd._weights_layout.section if pd.kernel_spec(route).dot else 0
         params = _Params(key, tuple(arrays), scale_p, bias_p, dst_zp_p,
-                         dst_scale_inverse(ds[0]) if ds is not None else 1.0, zp_src, kernel.function)
+                         dst_scale_inverse(ds[0]) if ds is not None else 1.0, zp_src, kernel.function, wei_offset)
         if scratchpad is None:
             self._params = params
         return params
@@ -616,25 +665,29 @@ class DepthwiseConv(Primitive):
         if params is None:
             return False
         wpacked = self._packed_weights(a[WEIGHTS])
-        structs = self._structs()
         local = self._local
-        if local.held is None or local.held[0] is not params or local.held[1] is not wpacked:
-            w_ptr = pointer_to(wpacked)
+        structs = getattr(local, "structs", None) or self._structs()
+        held = local.held
+        if held is None or held[0] is not params or held[1] is not wpacked:
+            w_ptr = pointer_to(wpacked) + params.wei_offset
             for s in structs:
                 s.wei, s.scale, s.bias, s.dst_zp = w_ptr, params.scale, params.bias, params.dst_zp
                 s.dst_scale_inv, s.zp = params.dst_scale_inv, params.zp
             local.held = (params, wpacked)  # also keeps what the structs point to alive
-        src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
+        # src and dst are dense (the descriptors' nhwc): cffi's buffer route always takes them
+        src_ptr, dst_ptr = _from_buffer(src), _from_buffer(dst)
+        if len(structs) == 1 and not self.pd._binary:  # the common case, in fewest steps
+            s = structs[0]
+            s.src0, s.dst0 = src_ptr, dst_ptr
+            params.function(s)
+            return True
         binaries = [(i, kind, pointer_to(a[post_op_src1(i)])) for i, kind in self.pd._binary]
         C = self.pd.geo.c
         for s, (_, src_off, dst_off, pix0) in zip(structs, self._chunks):
             s.src0, s.dst0 = src_ptr + src_off, dst_ptr + dst_off
             for i, kind, base in binaries:
                 s.po_src[i] = base + {"common": 0, "col": 0, "row": 4 * pix0, "full": 4 * pix0 * C}[kind]
-        if len(structs) == 1:
-            params.function(structs[0])
-        else:
-            run_chunks(params.function, structs)
+        run_chunks(params.function, structs)
         return True
 
 

@@ -36,6 +36,10 @@ PROFILES = {
     "resblock_s8": dict(src="u8", zp=True, wmask=0, s_src=False, bias="s32",
                         post=(("sum", 0.5, 2), ("binary", "add", "full"), ("binary", "mul", "col")), s_dst=True,
                         zp_dst=2, dst="s8"),
+    # u8 without zero point: the broadcast VPDPBUSD ("dot") blocks on avx512_core_vnni
+    "u8_fused": dict(src="u8", zp=False, wmask=1, s_src=True, bias="f32",
+                     post=(("eltwise", "relu", 0.0, 0.0), ("binary", "add", "full"), ("binary", "min", "row")),
+                     s_dst=True, zp_dst=2, dst="u8"),
     "float_out": dict(src="s8", zp=False, wmask=3, s_src=True, bias=None,
                       post=(("eltwise", "tanh", 0.0, 0.0), ("binary", "max", "common"), ("binary", "sub", "row")),
                       s_dst=False, zp_dst=None, dst="f32"),
@@ -212,6 +216,37 @@ def test_packed_weights_and_layouts(isa_path):
         np.testing.assert_array_equal(y, want)
 
 
+def test_zero_point_routes_share_one_primitive(isa_path):
+    """A u8 source whose zero point changes between calls: 0 (the dot kernel on
+    avx512_core_vnni, reading the second weights section), s16 and s32 reach (widening
+    kernels, first section), and 0 again; plain and packed weights; every result exact."""
+    rng = np.random.default_rng(11)
+    N, C, H, W = 1, 50, 7, 19
+    x = _rand(rng, "u8", (N, H, W, C))
+    w = _rand(rng, "s8", (C, 1, 1, 3, 3))
+    attr = Attr(zero_points={"src": 0}, scales={"weights": 1}, post_ops=PostOps().eltwise("relu"))
+    prims = []
+    for tag in ("any", "goihw"):
+        pd = DepthwiseConvDesc(desc((N, C, H, W), "u8", "nhwc"), desc((C, 1, 1, 3, 3), "s8", tag),
+                               desc((N, C, H, W), "f32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1), attr=attr,
+                               isa=isa_path)
+        weights = w
+        if tag == "any":
+            weights = Memory(pd.weights_desc())
+            reorder_desc(desc((C, 1, 1, 3, 3), "s8", "goihw"), pd.weights_desc()).create().execute(
+                {"src": w, "dst": weights})
+        prims.append((pd.create(), weights))
+    scale = rng.uniform(0.01, 0.1, C).astype(np.float32)
+    for zp in (0, 7, 0, 40000, 0):
+        want = depthwise_ref(x, w, zp_src=zp, padding_l=(1, 1), padding_r=(1, 1), dst_dt="f32", scale=scale,
+                             post_ops=[("eltwise", "relu", 0.0, 0.0)])
+        for prim, weights in prims:
+            y = np.zeros((N, H, W, C), np.float32)
+            prim.execute({"src": x, "weights": weights, "dst": y, "zero_points:src": np.int32([zp]),
+                          "scales:weights": scale})
+            np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32))
+
+
 def test_kernels_cached_by_structure_not_size():
     """Channels, image sizes and KH are run-time values: one kernel serves them all; the
     window along W (KW, stride, dilation) and the block size shape the code."""
@@ -271,7 +306,7 @@ def test_guard_pages(isa_path, guarded, where):
     access past a buffer faults."""
     rng = np.random.default_rng(7)
     N, H, W, K, OH, OW = 1, 5, 4, 3, 5, 4
-    for C in (1, 3, 7, 8, 13, 16, 17, 31):
+    for C in (1, 3, 7, 8, 13, 16, 17, 31, 40, 49):
         for plain in (False, True):
             dst_dt = "s32" if plain else "s8"
             x = guarded(N * H * W * C, np.uint8, where).reshape(N, H, W, C)
