@@ -10,7 +10,7 @@ output pipeline (``jit.output``) with channels as its columns. Padded taps are s
 which is what "padding contributes (zp - zp) * w = 0" means; the source zero point is
 subtracted from each loaded value, so borders need no special compensation.
 
-Arithmetic, per source vector of channels (s32 lanes):
+Arithmetic, per source vector of channels (s32 lanes). Widening blocks (every ISA):
 
     x = VPMOVZXBD / VPMOVSXBD (src bytes)              low s16 of each lane = the byte
     x = x - zp                                          (only with a source zero point)
@@ -21,17 +21,29 @@ Arithmetic, per source vector of channels (s32 lanes):
         s32 route:  (``zp="s32"``, larger zero points) w sign-extended (VPSLLD/VPSRAD 16),
                     VPMULLD t, x, w; VPADDD acc, acc, t: exact modulo 2^32.
 
+Dot blocks (``spec.dot``: avx512_core_vnni, u8 source, no zero point) skip the widening,
+a port-5 shuffle per source vector that competes with the output stage for that port:
+
+    x = VBROADCASTI32X4 (16 src bytes)                 every 128-bit lane: the 16 channels
+    acc += VPDPBUSD(x, w)                               w dword i: one nonzero byte, at i // 4
+    (output) VPERMD acc, DOT_UNPERMUTE, acc             lane i held channel DOT_LANES[i]
+
+Dword lane i = 4b + q of x holds channels 4q..4q+3; its weight byte b selects channel
+4q + b, so each lane adds exactly one u8 * s8 product (no intermediate to saturate).
+
 So every ISA path computes the mathematical int32 result; no VPMADDUBSW saturation.
 
 Register blocking along W. A *block* is P consecutive output pixels of one row (P =
-``spec.pixels``) and one vector of channels: P accumulators. The window's width, stride
-and dilation along W are part of the spec, so the generator knows, for every source
+``spec.pixels``) and ``nv`` vectors of channels: P x nv accumulators (nv = ``spec.vectors``
+while that many full vectors are left: two on the zmm VNNI path, where the multiply-add's
+latency needs about 12 independent accumulators to run at full rate). The window's width,
+stride and dilation along W are part of the spec, so the generator knows, for every source
 column ``j`` of the block (``iw = ow0*SW - pad_l + j``), which (pixel, kw) pairs read it:
-pixel ``p`` reads column ``p*SW + kw*DW``. Per kh row of the window the block loads
-each such column once, widens it once, and feeds it to every pixel that reads it, with
-the row's KW weight vectors held in registers (in groups of kw when they do not all fit).
+pixel ``p`` reads column ``p*SW + kw*DW``. Per kh row of the window the block loads each
+such column once (widens it once) and feeds it to every pixel that reads it, with the
+row's KW weight vectors held in registers (in groups of kw when they do not all fit).
 For a 3x3 stride-1 window and P = 7 that is 9 widened loads for 21 multiply-adds, where
-a pixel-at-a-time kernel would widen 21 (VPMOVZXBD runs on one port only).
+a pixel-at-a-time kernel would widen 21.
 
 Blocks of a row start at ow = 0, P, 2P, ...; the driver's block table (``btab``) gives
 each block a *column mask* (bit r: the r-th distinct column the block reads lies inside
@@ -44,26 +56,28 @@ the image and is read by one of the block's pixels) and its pixel count. Three b
               per pixel, each behind a test of n
 
 ``ow_lo``/``ow_hi`` bound the interior blocks' first pixels, so the dispatch of an
-interior block reads no table. Valid kh rows come from the row table (``htab``), as
-before: padded rows are skipped.
+interior block reads no table. Valid kh rows come from the row table (``htab``):
+padded rows are skipped.
 
 Loop nest of one call (a chunk of consecutive output rows (n, oh)):
 
     for each output row:
         kh range from the row table (first valid kh, its offsets, count)
-        for each channel block (full vectors, then the tail):
+        for each channel block (groups of nv full vectors, then the tail):
             for each block of the row (interior / edge / partial):
                 for kh in the valid rows:
                     for each group of kw: load its weights; for each column the group
-                        reads: (test), widen, (-zp), multiply-add into its pixels
-                output stage (jit.output) for the block's pixels
+                        reads: (test), load (widen, -zp), multiply-add into its pixels
+                (dot: VPERMD) output stage (jit.output) for the block's pixels
 
 The channel tail is a masked piece on AVX-512 (zero-masking VPMOVZXBD with fault
 suppression) and, on AVX2, pieces of 4, 2 and 1 channels (VMOVD / VPINSRW / VPINSRB) so
 no byte outside the source is read (pieces take the partial body only: at most 7
 channels); the output stage masks the stores. Weights are packed by the driver as
 ``[tap][C_pad]`` s32 lanes (low s16 = weight), zero padded, with one vector of slack
-after the last tap, so weight loads never need masks.
+after the last tap, so weight loads never need masks; dot kernels read a second section
+of that size whose whole 16-channel vectors are in the dot layout (the tail stays
+plain).
 
 Sizes (N, C, H, W, KH, strides and dilation along H, padding) are run-time values
 (fields and the two tables); the code depends on :class:`DwKernelSpec` only, whose
@@ -95,7 +109,6 @@ struct i8j_dw_args {
     int64_t OH; int64_t OW;
     int64_t img_bytes;    /* IH*IW*C */
     int64_t C; int64_t C3;  /* src bytes between neighbouring pixels of a row, and 3 times that */
-    int64_t pair_bytes;   /* 4 * channels in pairs of full vectors (kernels of two vectors per block) */
     int64_t full_bytes;   /* 4 * channels in full vectors */
     int64_t tail;         /* channels after the full vectors */
     uint64_t tail_mask;   /* AVX-512: lanes of the tail */
@@ -119,17 +132,18 @@ struct i8j_dw_args {
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_dw_args *)"
 FIELDS = ("src0", "dst0", "wei", "htab", "btab", "rows0", "oh0", "pix0", "OH", "OW", "img_bytes", "C", "C3",
-          "pair_bytes", "full_bytes", "tail", "tail_mask", "src_px", "src_dh", "w_tap", "w_tap3", "w_kh", "dst_px",
+          "full_bytes", "tail", "tail_mask", "src_px", "src_dh", "w_tap", "w_tap3", "w_kh", "dst_px",
           "row_dst", "ow_lo", "ow_hi", "zp", "src", "dst", "rows", "oh", "pix", "wrow", "khn") + OUTPUT_FIELDS
 ZP_ROUTES = ("none", "s16", "s32")
 MAX_PIXELS = 9  # three dst bases of three pixels each in the output stage
 MAX_COLUMNS = 64  # distinct source columns of a block: one bit each in a 64-bit mask
+MAX_VECTORS = 2  # three or four measured no faster on MobileNet's layers
 # Dot blocks: a 16-channel source vector broadcast to the four 128-bit lanes, so dword
 # lane i = 4*b + q holds channels 4q..4q+3; its weight dword has one nonzero byte, at
 # position b, so VPDPBUSD adds x[c] * w[c] for c = 4q + b alone (exact: one u8 * s8
-# product per lane). VPERMD by _DOT_UNPERMUTE puts channel j back in lane j.
+# product per lane). VPERMD by DOT_UNPERMUTE puts channel j back in lane j.
 DOT_LANES = tuple(4 * (i % 4) + i // 4 for i in range(16))  # lane i -> its channel
-_DOT_UNPERMUTE = tuple(DOT_LANES.index(j) for j in range(16))
+DOT_UNPERMUTE = tuple(DOT_LANES.index(j) for j in range(16))
 S16_ZP_RANGE = {"u8": (255 - 32767, 32768), "s8": (127 - 32767, 32768 - 128)}  # x - zp fits s16
 
 
@@ -153,9 +167,10 @@ class DwKernelSpec:
 
     ``kw``, ``sw``, ``dw``: the window's width, stride and dilation + 1 along W (the
     column schedule is unrolled for them); ``pixels``: P, output pixels per block
-    (0: the most that fits); ``vectors``: channel vectors per block while two full ones
-    are left (1 or 2; 0: 2 on the zmm VNNI path, where VPDPWSSD's latency needs more
-    independent accumulators than P, else 1).
+    (0: the most that fits); ``vectors``: channel vectors per block while that many full
+    ones are left (1..MAX_VECTORS; 0: 2 on the zmm VNNI path, where the multiply-add's
+    latency needs more independent accumulators than P, else 1); ``dot``: broadcast
+    VPDPBUSD blocks for the full vectors (see the module docstring).
     """
 
     isa: str
@@ -186,8 +201,8 @@ class DwKernelSpec:
                              f"avx512_core_vnni, not {self.src_dt} (zero point route {self.zp}) on {self.isa}")
         if self.vectors == 0:
             object.__setattr__(self, "vectors", 2 if self.path.bits == 512 and self.vnni else 1)
-        if self.vectors not in (1, 2):
-            raise ValueError(f"vectors: expected 1 or 2 channel vectors per block, got {self.vectors!r}")
+        if self.vectors not in range(1, MAX_VECTORS + 1):
+            raise ValueError(f"vectors: expected 1..{MAX_VECTORS} channel vectors per block, got {self.vectors!r}")
         if self.pixels == 0:
             for p in range(MAX_PIXELS, 0, -1):
                 if self.fits(p):
@@ -302,7 +317,7 @@ class _Kind:
 
 def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, read top down
     from jit import asm
-    from jit.asm import (ADD, BT, CMP, DEC, IMUL, JE, JGE, JL, JLE, JMP, JNC, JNE, JNZ, JZ, LABEL, LEA, MOV, SHL,
+    from jit.asm import (ADD, BT, CMP, DEC, IMUL, JE, JG, JGE, JL, JLE, JMP, JNC, JNE, JNZ, JZ, LABEL, LEA, MOV, SHL,
                          SHR, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14,
                          r15)
 
@@ -350,7 +365,8 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         MOV(A(state), rax)
 
     def load_x(r: Regs, address, kind: _Kind) -> None:
-        """x = a block vector's channels of one source pixel, widened to s32 lanes (minus zp)."""
+        """x = a block vector's channels of one source pixel: widened to s32 lanes (minus zp),
+        or for dot blocks the 16 bytes broadcast to every 128-bit lane."""
         x = r.x
         if kind.what == "dot":
             asm.VBROADCASTI32X4(x, asm.oword[address])  # a load-port uop: no shuffle
@@ -480,7 +496,7 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         if kind.what == "dot":
             # lane i of a dot accumulator holds channel 4*(i%4) + i//4 (see DOT_LANES)
             index = r.w[0][0]
-            asm.VMOVDQU32(index, vector_constant(path, _DOT_UNPERMUTE, "dw_dot_unpermute"))
+            asm.VMOVDQU32(index, vector_constant(path, DOT_UNPERMUTE, "dw_dot_unpermute"))
             for row in r.acc:
                 for a in row:
                     asm.VPERMD(a, index, a)
@@ -555,19 +571,20 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
     MOV(rdx, [rcx + rax * 8 + 16])
     MOV(A("khn"), rdx)
 
-    # channel blocks: pairs of full vectors (spec.vectors == 2), full vectors, the tail
+    # channel blocks: groups of spec.vectors full vectors while that many are left, then
+    # (at most) one group of each smaller count, then the tail
     XOR(r14.as_dword, r14.as_dword)
-    for nv, bound in ((2, "pair_bytes"), (1, "full_bytes")):
-        if nv > spec.vectors:
-            continue
-        full_loop, full_done = Label(), Label()
-        LABEL(full_loop)
-        CMP(r14, A(bound))
-        JGE(full_done)
+    for nv in range(spec.vectors, 0, -1):
+        group_loop, group_done = Label(), Label()
+        LABEL(group_loop)
+        LEA(rax, [r14 + 4 * lanes * nv])
+        CMP(rax, A("full_bytes"))
+        JG(group_done)
         pixel_loop(_Kind("dot" if spec.dot else "full", nv))
         ADD(r14, 4 * lanes * nv)
-        JMP(full_loop)
-        LABEL(full_done)
+        if nv == spec.vectors:
+            JMP(group_loop)
+        LABEL(group_done)
     if wide:
         no_tail = Label()
         CMP(asm.qword[A("tail")[0]], 0)

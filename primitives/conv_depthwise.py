@@ -200,10 +200,10 @@ _PER_PIXEL_STAGE_COST = 4  # a partial block's extra per pixel (its own stage ma
 
 def _choose_pixels(g: _Geometry, widest: DwKernelSpec) -> int:
     """P, output pixels per block: the one whose blocking of a row costs the fewest vector
-    instructions, counting the widened loads (once per column of a block), multiply-adds,
+    instructions, counting the source loads (once per column of a block), multiply-adds,
     output stages and the partial block's extra; among the sizes that fit the registers.
-    Few sizes in use (MobileNet's rows of 7, 14, ..., 112 pixels all get 7), so a handful
-    of kernels serve every shape."""
+    Few sizes in use (MobileNet's rows of 7 to 112 pixels get 7 or 8), so a handful of
+    kernels serve every shape."""
     madd = 1 if widest.vnni else 2
     best = None
     for p in range(MAX_PIXELS, 0, -1):
@@ -382,10 +382,13 @@ class DepthwiseConvDesc(PrimitiveDesc):
         return {"kind": self.kind, "impl": f"depthwise:{self.isa}", "isa": self.isa, "kernel": self.spec.name,
                 "policy": self.attr.policy, "exact": True,
                 "decision": "exact: bytes widened to s32 lanes, products by VPDPWSSD (VNNI) / VPMADDWD or, for "
-                            "a source zero point outside s16 reach, VPMULLD; no saturating step on any ISA, so "
-                            "every overflow policy gives the exact int32 sums; blocks of pixels_per_block "
-                            "output pixels share each widened source column",
-                "pixels_per_block": self.spec.pixels, "vector_lanes": self.spec.lanes,
+                            "a source zero point outside s16 reach, VPMULLD; a u8 source without zero point on "
+                            "avx512_core_vnni: 16 bytes broadcast per 128-bit lane and VPDPBUSD with one nonzero "
+                            "weight byte per lane (one product each); no saturating step on any ISA, so every "
+                            "overflow policy gives the exact int32 sums; blocks of pixels_per_block output "
+                            "pixels share each loaded source column",
+                "pixels_per_block": self.spec.pixels, "vectors_per_block": self.spec.vectors,
+                "dot_blocks": self._dot, "vector_lanes": self.spec.lanes,
                 "shape": {"N": g.n, "C": g.c, "IH": g.ih, "IW": g.iw, "OH": g.oh, "OW": g.ow, "KH": g.kh,
                           "KW": g.kw}, "strides": self.strides, "padding": (self.padding_l, self.padding_r),
                 "dilation": self.dilation, "threads": self.threads, "output": self.output}
@@ -487,8 +490,7 @@ class DepthwiseConv(Primitive):
             s.htab, s.btab = pointer_to(htab), pointer_to(btab)
             s.rows0, s.oh0, s.pix0 = end - begin, oh0, begin * g.ow
             s.OH, s.OW, s.img_bytes, s.C, s.C3 = g.oh, g.ow, g.ih * g.iw * g.c, g.c, 3 * g.c
-            pairs = full // (2 * pd.lanes) * 2 * pd.lanes if pd.spec.vectors == 2 else 0
-            s.pair_bytes, s.full_bytes = 4 * pairs, 4 * full
+            s.full_bytes = 4 * full
             s.tail, s.tail_mask = g.c - full, (1 << (g.c - full)) - 1
             s.src_px, s.src_dh = g.sw * g.c, g.dh * g.iw * g.c
             s.w_tap, s.w_tap3, s.w_kh = w_tap, 3 * w_tap, g.kw * w_tap
