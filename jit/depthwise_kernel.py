@@ -531,31 +531,49 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         accumulate(r, kind, checked=body != "interior")
         output(r, kind, per_pixel=body == "partial")
 
-    def pixel_loop(kind: _Kind) -> None:
-        """Every block of the row for the channel block at r14."""
+    def dispatch(body, variants: bool = True) -> None:
+        """Every block of the row: ``body(variant)`` for the block at rsi (rbp its table
+        entry), variant "interior", "edge" or "partial"; without ``variants``, "partial"
+        (which takes any block) for all."""
         loop, checked, partial, nxt = Label(), Label(), Label(), Label()
         XOR(rsi.as_dword, rsi.as_dword)
         MOV(rbp, A("btab"))
         LABEL(loop)
-        if kind.whole:
+        if variants:
             CMP(rsi, A("ow_lo"))
             JL(checked)
             CMP(rsi, A("ow_hi"))
             JGE(checked)
-            block(kind, "interior")
+            body("interior")
             JMP(nxt)
             LABEL(checked)
             CMP(asm.qword[rbp + 8], P)
             JNE(partial)
-            block(kind, "edge")
+            body("edge")
             JMP(nxt)
         LABEL(partial)
-        block(kind, "partial")
+        body("partial")
         LABEL(nxt)
         ADD(rsi, P)
         ADD(rbp, 16)
         CMP(rsi, A("OW"))
         JL(loop)
+
+    def full_vectors(variant: str) -> None:
+        """The block at rsi over every full vector of channels: groups of spec.vectors while
+        that many are left, then (at most) one group of each smaller count."""
+        XOR(r14.as_dword, r14.as_dword)
+        for nv in range(spec.vectors, 0, -1):
+            group_loop, group_done = Label(), Label()
+            LABEL(group_loop)
+            LEA(rax, [r14 + 4 * lanes * nv])
+            CMP(rax, A("full_bytes"))
+            JG(group_done)
+            block(_Kind("dot" if spec.dot else "full", nv), variant)
+            ADD(r14, 4 * lanes * nv)
+            if nv == spec.vectors:
+                JMP(group_loop)
+            LABEL(group_done)
 
     # ---------------------------------------------------------------- rows
     row_loop, same_image = Label(), Label()
@@ -571,32 +589,24 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
     MOV(rdx, [rcx + rax * 8 + 16])
     MOV(A("khn"), rdx)
 
-    # channel blocks: groups of spec.vectors full vectors while that many are left, then
-    # (at most) one group of each smaller count, then the tail
-    XOR(r14.as_dword, r14.as_dword)
-    for nv in range(spec.vectors, 0, -1):
-        group_loop, group_done = Label(), Label()
-        LABEL(group_loop)
-        LEA(rax, [r14 + 4 * lanes * nv])
-        CMP(rax, A("full_bytes"))
-        JG(group_done)
-        pixel_loop(_Kind("dot" if spec.dot else "full", nv))
-        ADD(r14, 4 * lanes * nv)
-        if nv == spec.vectors:
-            JMP(group_loop)
-        LABEL(group_done)
+    # Full vectors: blocks outermost, channels inside, so a block's source pixels are read
+    # whole (all their channels) while in L1, and the weights of every channel stay there.
+    dispatch(full_vectors)
+    # The tail, a second pass over the blocks (a few channels: its own bodies stay few;
+    # the block bodies leave r14 as they found it).
+    MOV(r14, A("full_bytes"))
     if wide:
         no_tail = Label()
         CMP(asm.qword[A("tail")[0]], 0)
         JE(no_tail)
-        pixel_loop(_Kind("masked"))
+        dispatch(lambda variant: block(_Kind("masked"), variant))
         LABEL(no_tail)
     else:
         for width in (4, 2, 1):
             skip = Label()
             TEST(asm.qword[A("tail")[0]], width)
             JZ(skip)
-            pixel_loop(_Kind(width))
+            dispatch(lambda variant, w=width: block(_Kind(w), variant), variants=False)
             ADD(r14, 4 * width)
             LABEL(skip)
 

@@ -50,6 +50,7 @@ Example::
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +73,19 @@ _from_buffer = ffi.from_buffer
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 _NHWC = "acdb"
 _MIN_MACS_PER_THREAD = 1 << 18  # below this many multiply-adds a second thread costs more than it gives
+_INPUT, _OUTPUT, _VALUES = "input", "output", "values"  # roles of execute() arguments (see _fast_checks)
+# INT8JIT_VERBOSE read through os.environ's own mapping (bytes keys on POSIX) skips the
+# KeyError that os.environ.get raises and catches inside while the variable is unset:
+# about a microsecond of every execute(). Anything else goes to verbose.enabled.
+_VERBOSE_KEY = verbose.ENV.encode()
+
+
+def _verbose_exec() -> bool:
+    """``verbose.enabled("exec")``, answered without verbose's lookup while INT8JIT_VERBOSE is unset."""
+    data = getattr(os.environ, "_data", None)
+    if type(data) is dict and _VERBOSE_KEY not in data:
+        return False
+    return verbose.enabled("exec")
 
 
 def _ints(name: str, value, minimum: int) -> tuple[int, int]:
@@ -477,8 +491,7 @@ class DepthwiseConv(Primitive):
         perm = None if wmd.is_packed else tuple(int(i) for i in np.argsort(wmd.perm))
         self._w_inverse = None if perm == tuple(range(len(perm or ()))) else perm
         self._checks = self._fast_checks()
-        self._param_names = tuple(n for n, *_ in self._checks if n.partition(":")[0] in ("scales", "zero_points")
-                                  or n == BIAS)
+        self._param_names = tuple(name for name, _, _, role, _ in self._checks if role is _VALUES)
         dst_bytes = pd.dst_desc().itemsize
         rows = g.n * g.oh
         threads = max(1, min(pd.threads, rows, g.macs // _MIN_MACS_PER_THREAD))
@@ -520,37 +533,44 @@ class DepthwiseConv(Primitive):
         skip the generic conversion of :meth:`Primitive.execute` (the same checks, less
         Python); anything else, user scratchpads, or verbose mode, goes through it."""
         checks = self._checks
-        if type(args) is dict and len(args) == len(checks) and not self._user and not verbose.enabled("exec"):
-            for name, shape, dtype, contiguous, packed in checks:
+        if type(args) is dict and len(args) == len(checks) and not self._user and not _verbose_exec():
+            key = []  # the bytes of the scales, zero points and bias, in _param_names order
+            for name, shape, dtype, role, packed in checks:
                 value = args.get(name)
                 if type(value) is np.ndarray:
                     # `is`: native dtypes are singletons; any other spelling takes the generic path
-                    if value.shape != shape or value.dtype is not dtype or (contiguous
-                                                                         and not value.flags.c_contiguous):
+                    if value.shape != shape or value.dtype is not dtype:
+                        break
+                    if role is _VALUES:
+                        key.append(value.tobytes())
+                    elif not value.flags.c_contiguous or (role is _OUTPUT and not value.flags.writeable):
                         break
                 elif packed is None or type(value) is not Memory or (value.desc is not packed
                                                                      and value.desc != packed):
                     break
             else:
-                if args[DST].flags.writeable and self._run(args, None):
+                if self._run(args, None, tuple(key)):
                     return
         super().execute(args)
 
     def _fast_checks(self) -> tuple:
-        """(name, physical shape, dtype, whether the kernel reads it in place (so it must be
-        contiguous), packed desc or None) of every argument the fast path takes. Scales,
-        zero points and bias are copied into the kernel's vectors: any strides do."""
+        """(name, physical shape, dtype, role, packed desc or None) of every argument the fast
+        path takes; role: _VALUES (scales, zero points, bias: copied into the kernel's
+        vectors, so any strides do), _INPUT or _OUTPUT (read or written in place by the
+        kernel: contiguous, and writable for the output)."""
         pd = self.pd
         out = []
         for name in pd.exec_arg_names():
             md = pd.query(name)
             kind = name.partition(":")[0]
             if kind in ("scales", "zero_points"):
-                out.append((name, (md.dims[0],), np.dtype(np.float32 if kind == "scales" else np.int32), False, None))
+                dtype = np.dtype(np.float32 if kind == "scales" else np.int32)
+                out.append((name, (md.dims[0],), dtype, _VALUES, None))
             elif md.is_packed:
-                out.append((name, None, None, False, md))
+                out.append((name, None, None, _INPUT, md))
             else:
-                out.append((name, md.physical_shape, np.dtype(md.numpy_dtype), name != BIAS, None))
+                role = _VALUES if name == BIAS else _OUTPUT if name == DST else _INPUT
+                out.append((name, md.physical_shape, np.dtype(md.numpy_dtype), role, None))
         return tuple(out)
 
     def _execute(self, mem: dict, scratchpad) -> None:
@@ -587,13 +607,15 @@ class DepthwiseConv(Primitive):
         self._w_cache = (raw, packed)
         return packed
 
-    def _prepare(self, a: dict, scratchpad) -> _Params | None:
+    def _prepare(self, a: dict, scratchpad, key: tuple | None = None) -> _Params | None:
         """The per-call values as the kernel reads them: the per-channel vectors (scale =
         src scale * weight scales, bias, dst zero points; padded to whole vectors), the dst
         scale's inverse, the source zero point and its kernel. From a one-entry cache while
         the same values come back (library scratchpad mode); None where a scale is not
-        finite (the generic path then says which)."""
-        key = tuple([a[name].tobytes() for name in self._param_names])
+        finite (the generic path then says which). ``key``: those values' bytes, where the
+        caller has them already."""
+        if key is None:
+            key = tuple([a[name].tobytes() for name in self._param_names])
         params = self._params  # replaced whole, so concurrent readers see one entry
         if scratchpad is None and params is not None and params.key == key:
             return params
@@ -657,13 +679,13 @@ class DepthwiseConv(Primitive):
             local.held = None
         return structs
 
-    def _run(self, a: dict, scratchpad) -> bool:
+    def _run(self, a: dict, scratchpad, key: tuple | None = None) -> bool:
         """Run the kernel over ``a`` (name -> ndarray, weights also a packed Memory);
         False, before running anything, where ``_prepare`` refuses the values."""
         src, dst = a[SRC], a[DST]
         if np.may_share_memory(src, dst):
             raise ValueError("dst: overlaps src; the convolution is not in place")
-        params = self._prepare(a, scratchpad)
+        params = self._prepare(a, scratchpad, key)
         if params is None:
             return False
         wpacked = self._packed_weights(a[WEIGHTS])

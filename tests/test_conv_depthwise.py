@@ -409,3 +409,22 @@ def test_impl_info_and_policies():
     for policy in ("exact", "faithful", "halve_weights"):
         info = DepthwiseConvDesc(src, wei, dst, attr=Attr(policy=policy)).impl_info()
         assert info["exact"] is True and info["impl"].startswith("depthwise:") and info["kind"] == "convolution"
+
+
+def test_verbose_exec_lines_follow_the_environment(monkeypatch, capsys):
+    """The fast path reads INT8JIT_VERBOSE its own way (primitives.conv_depthwise._verbose_exec):
+    setting, clearing and setting it again between calls turns exec lines on and off."""
+    src, wei, dst = _descs()
+    prim = DepthwiseConvDesc(src, wei, dst).create()
+    args = {"src": np.ones((1, 6, 6, 8), np.uint8), "weights": np.ones((8, 1, 1, 3, 3), np.int8),
+            "dst": np.zeros((1, 4, 4, 8), np.uint8)}
+    lines = []
+    for value in ("exec", None, "exec", "0"):
+        if value is None:
+            monkeypatch.delenv("INT8JIT_VERBOSE", raising=False)
+        else:
+            monkeypatch.setenv("INT8JIT_VERBOSE", value)
+        prim.execute(args)
+        lines.append(capsys.readouterr().err.count("int8jit_verbose,exec,"))
+    assert lines == [1, 0, 1, 0]
+    np.testing.assert_array_equal(args["dst"], 9)
