@@ -488,8 +488,10 @@ class DepthwiseConv(Primitive):
         self._params = None
         self._user = pd.attr.scratchpad_mode == "user"
         wmd = pd.weights_desc()
-        perm = None if wmd.is_packed else tuple(int(i) for i in np.argsort(wmd.perm))
-        self._w_inverse = None if perm == tuple(range(len(perm or ()))) else perm
+        self._w_inverse = None  # plain weights in a tag other than goihw: the axes back to logical order
+        if not wmd.is_packed:
+            inverse = tuple(int(i) for i in np.argsort(wmd.perm))
+            self._w_inverse = None if inverse == tuple(range(len(inverse))) else inverse
         self._checks = self._fast_checks()
         self._param_names = tuple(name for name, _, _, role, _ in self._checks if role is _VALUES)
         dst_bytes = pd.dst_desc().itemsize
