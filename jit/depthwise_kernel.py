@@ -63,12 +63,16 @@ Loop nest of one call (a chunk of consecutive output rows (n, oh)):
 
     for each output row:
         kh range from the row table (first valid kh, its offsets, count)
-        for each channel block (groups of nv full vectors, then the tail):
-            for each block of the row (interior / edge / partial):
+        for each block of the row (interior / edge / partial):
+            for each channel group (nv full vectors while that many are left, then fewer):
                 for kh in the valid rows:
                     for each group of kw: load its weights; for each column the group
                         reads: (test), load (widen, -zp), multiply-add into its pixels
                 (dot: VPERMD) output stage (jit.output) for the block's pixels
+        the channel tail: a second pass over the row's blocks
+
+Blocks outermost: a block's source pixels are read whole (every channel) while they
+are in L1, and the weights of all channels stay there too (stride 2 gains most).
 
 The channel tail is a masked piece on AVX-512 (zero-masking VPMOVZXBD with fault
 suppression) and, on AVX2, pieces of 4, 2 and 1 channels (VMOVD / VPINSRW / VPINSRB) so
