@@ -26,9 +26,15 @@ output pipeline is the shared one (``jit.output``), channels as its columns.
   ``(1,1,1,1)``, per channel ``(1,C,1,1)``, per pixel ``(N,1,OH,OW)`` or full
   ``(N,C,OH,OW)`` in nhwc.
 * Threads: the ``N*OH`` output rows are split into one chunk per thread, one kernel call
-  per chunk. Scratchpad: the per-channel scale/bias/zero-point vectors of a call (padded
-  to whole vectors), honoured in user mode. Plain weights are packed at execution into a
-  one-entry cache of the primitive (reused while the same weight values come back).
+  per chunk. Blocking (``jit.depthwise_kernel``): P output pixels of a row per block, P
+  chosen at creation for the row's width (:func:`_choose_pixels`), the window along W
+  compiled into the kernel; the row and block tables are built at creation too.
+* Per call, only what changed is redone: the per-channel scale/bias/zero-point vectors
+  (padded to whole vectors) are rebuilt when the bytes of the scales, bias or zero points
+  differ from the previous call's (a one-entry cache of the primitive; in user
+  scratchpad mode they are written into the scratchpad at every call), plain weights are
+  packed when their bytes differ, and each thread keeps its own argument structs, so a
+  call sets the src and dst pointers and calls the kernel.
 
 Example::
 
@@ -44,26 +50,42 @@ Example::
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from jit.depthwise_kernel import ARGS_CDEF, DwKernelSpec, zp_route
+from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS, DwKernelSpec, block_columns,
+                                   zp_route)
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc
-from primitives.memory import Memory, MemoryDesc, desc, packed_desc
+from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
 from primitives.reference import dst_scale_inverse, output_pipeline, wrap_int32
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
 
 declare(ARGS_CDEF)
+_from_buffer = ffi.from_buffer
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 _NHWC = "acdb"
 _MIN_MACS_PER_THREAD = 1 << 18  # below this many multiply-adds a second thread costs more than it gives
+_INPUT, _OUTPUT, _VALUES = "input", "output", "values"  # roles of execute() arguments (see _fast_checks)
+# INT8JIT_VERBOSE read through os.environ's own mapping (bytes keys on POSIX) skips the
+# KeyError that os.environ.get raises and catches inside while the variable is unset:
+# about a microsecond of every execute(). Anything else goes to verbose.enabled.
+_VERBOSE_KEY = verbose.ENV.encode()
+
+
+def _verbose_exec() -> bool:
+    """``verbose.enabled("exec")``, answered without verbose's lookup while INT8JIT_VERBOSE is unset."""
+    data = getattr(os.environ, "_data", None)
+    if type(data) is dict and _VERBOSE_KEY not in data:
+        return False
+    return verbose.enabled("exec")
 
 
 def _ints(name: str, value, minimum: int) -> tuple[int, int]:
@@ -88,14 +110,30 @@ def _c_pad(c: int, lanes: int) -> int:
     return -(-c // lanes) * lanes
 
 
-def pack_into(w_ck: np.ndarray, out: np.ndarray, lanes: int) -> np.ndarray:
-    """Pack ``(C, taps)`` s8 weights into ``out`` (int32, ``taps*C_pad + lanes``): ``[tap][C_pad]``
-    lanes whose low s16 is the weight and high s16 zero; everything else zero."""
+def pack_into(w_ck: np.ndarray, out: np.ndarray, lanes: int, dot: bool = False) -> np.ndarray:
+    """Pack ``(C, taps)`` s8 weights into ``out`` (int32, one or two sections of
+    ``taps*C_pad + lanes``; everything not set below is zero).
+
+    Section 1 (every kernel but the dot ones): ``[tap][C_pad]`` lanes whose low s16 is
+    the weight and high s16 zero. Section 2 (``dot``, read by the broadcast VPDPBUSD
+    kernels): the same for the channels after the last whole 16, and for each whole 16
+    channels (c0..c0+15) dword lane i holds the weight of channel c0 + DOT_LANES[i] in
+    its byte i // 4 (see ``jit.depthwise_kernel``).
+    """
     c, taps = w_ck.shape
     cp = _c_pad(c, lanes)
+    section = taps * cp + lanes
     out[:] = 0
-    words = out.view(np.int16)[: 2 * taps * cp].reshape(taps, cp, 2)
+    words = out[:section].view(np.int16)[: 2 * taps * cp].reshape(taps, cp, 2)
     words[:, :c, 0] = w_ck.T
+    if dot:
+        second = out[section:2 * section]
+        full = c // 16 * 16
+        words = second.view(np.int16)[: 2 * taps * cp].reshape(taps, cp, 2)
+        words[:, full:c, 0] = w_ck[full:].T
+        lane = np.arange(full)
+        channel = lane // 16 * 16 + np.asarray(DOT_LANES)[lane % 16]
+        second.view(np.int8)[: 4 * taps * cp].reshape(taps, cp, 4)[:, lane, lane % 16 // 4] = w_ck[channel].T
     return out
 
 
@@ -103,20 +141,27 @@ def pack_into(w_ck: np.ndarray, out: np.ndarray, lanes: int) -> np.ndarray:
 class DwWeightsLayout:
     """The packed weights layout of :class:`DepthwiseConvDesc` (a ``packed`` desc's record):
     ``[KH*KW][C_pad]`` s32 lanes (weight in the low s16, zero high s16) plus one vector of
-    slack, ``C_pad`` = C rounded up to the ISA's vector lanes."""
+    slack, ``C_pad`` = C rounded up to the ISA's vector lanes; with ``dot``, a second
+    section of that size for the broadcast VPDPBUSD kernels (see :func:`pack_into`)."""
 
     isa: str
     c: int
     kh: int
     kw: int
+    dot: bool = False
 
     @property
     def lanes(self) -> int:
         return _lanes(self.isa)
 
     @property
-    def elements(self) -> int:
+    def section(self) -> int:
+        """int32 elements of one section."""
         return self.kh * self.kw * _c_pad(self.c, self.lanes) + self.lanes
+
+    @property
+    def elements(self) -> int:
+        return self.section * (2 if self.dot else 1)
 
     @property
     def nbytes(self) -> int:
@@ -129,7 +174,7 @@ class DwWeightsLayout:
         if src_logical.size != self.c * self.kh * self.kw:
             raise ValueError(f"weights: expected {self.c * self.kh * self.kw} values, got shape {src_logical.shape}")
         buf = dst.array.reshape(-1).view(np.uint8)[: self.nbytes].view(np.int32)
-        pack_into(np.asarray(src_logical).reshape(self.c, self.kh * self.kw), buf, self.lanes)
+        pack_into(np.asarray(src_logical).reshape(self.c, self.kh * self.kw), buf, self.lanes, self.dot)
         dst.payload = ("dw", self, buf)
 
 
@@ -160,6 +205,34 @@ def _valid_taps(o: int, stride: int, pad: int, dil: int, k: int, size: int) -> t
     start = o * stride - pad
     taps = [t for t in range(k) if 0 <= start + t * dil < size]
     return (taps[0], len(taps)) if taps else (0, 0)
+
+
+_OUTPUT_COST = 11  # vector instructions of a pixel's output stage (MobileNet's: scale, bias, relu, u8)
+_BLOCK_COST = 8  # a block's set-up and dispatch, in the same units
+_PER_PIXEL_STAGE_COST = 4  # a partial block's extra per pixel (its own stage masks, a test of n)
+
+
+def _choose_pixels(g: _Geometry, widest: DwKernelSpec) -> int:
+    """P, output pixels per block: the one whose blocking of a row costs the fewest vector
+    instructions, counting the source loads (once per column of a block), multiply-adds,
+    output stages and the partial block's extra; among the sizes that fit the registers.
+    Few sizes in use (MobileNet's rows of 7 to 112 pixels get 7 or 8), so a handful of
+    kernels serve every shape."""
+    madd = 1 if widest.vnni else 2
+    best = None
+    for p in range(MAX_PIXELS, 0, -1):
+        if not widest.fits(p):
+            continue
+        blocks, rest = -(-g.ow // p), g.ow % p
+        per_row = len(block_columns(p, g.kw, g.sw, g.dw)) + p * g.kw * madd
+        cost = blocks * (g.kh * per_row + _BLOCK_COST) + g.ow * _OUTPUT_COST + (rest * _PER_PIXEL_STAGE_COST)
+        if p < 4 and g.ow >= 4:
+            continue  # small blocks only for rows that are that short
+        if best is None or cost < best[0]:
+            best = (cost, p)
+    if best is None:
+        raise ValueError(f"the output stage needs more registers than {widest.isa} has")
+    return best[1]
 
 
 class DepthwiseConvDesc(PrimitiveDesc):
@@ -248,20 +321,21 @@ class DepthwiseConvDesc(PrimitiveDesc):
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_dt = src_md.dt
         self.has_src_zp = SRC in attr.zero_points
-        # Pixels per block: the most the registers allow (6); a narrower image whose rows hold
-        # only 3..5 interior pixels (whole window inside the image along W: 5 in MobileNet's
-        # 7x7 layers) gets blocks of 5 or 3 so it still runs whole blocks. Only these sizes,
-        # so a handful of kernels serve every shape; the block is the tile, like GEMM's mr.
+        # u8 without zero point on avx512_core_vnni: broadcast VPDPBUSD blocks (no widening)
+        self._dot = self.isa == "avx512_core_vnni" and self.src_dt == "u8"
+        # Pixels per block (P): the cheapest blocking of a row (see _choose_pixels); the window
+        # along W is part of the kernel (its column schedule), the rest are run-time sizes.
         g = self.geo
-        interior = sum(1 for ow in range(OW) if _valid_taps(ow, g.sw, g.pl, g.dw, g.kw, g.iw)[1] == g.kw)
-        most = DwKernelSpec(self.isa, self.src_dt, "none", self.output).pixels
-        self._pixels = most if interior >= most or interior < 3 else min(most, 5 if interior == 5 else 3)
+        if g.kw > MAX_COLUMNS:
+            raise ValueError(f"weights: the depthwise kernel takes at most {MAX_COLUMNS} taps along W, got {g.kw}")
+        self._pixels = _choose_pixels(g, DwKernelSpec(self.isa, self.src_dt, "none", self.output, 0, g.kw, g.sw,
+                                                      g.dw))
         # One kernel now, so creation pays code generation (or the disk cache) once.
         self.spec = self.kernel_spec("s16" if self.has_src_zp else "none")
         self._kernel(self.spec)
         self.lanes = self.spec.lanes
         self.c_pad = _c_pad(C, self.lanes)
-        self._weights_layout = DwWeightsLayout(self.isa, C, KH, KW)
+        self._weights_layout = DwWeightsLayout(self.isa, C, KH, KW, self._dot)
         if weights_md.is_any:
             weights_md = packed_desc(weights_md.dims, "s8", self._weights_layout, self._weights_layout.nbytes)
         self._set_desc(SRC, src_md)
@@ -280,7 +354,9 @@ class DepthwiseConvDesc(PrimitiveDesc):
             verbose.dispatch(self.kind, self.impl_name(), "chosen: groups == IC == OC, NHWC")
 
     def kernel_spec(self, zp: str) -> DwKernelSpec:
-        return DwKernelSpec(self.isa, self.src_dt, zp, self.output, self._pixels)
+        g = self.geo
+        return DwKernelSpec(self.isa, self.src_dt, zp, self.output, self._pixels, g.kw, g.sw, g.dw,
+                            dot=self._dot and zp == "none")
 
     @staticmethod
     def _kernel(spec: DwKernelSpec):
@@ -320,9 +396,13 @@ class DepthwiseConvDesc(PrimitiveDesc):
         return {"kind": self.kind, "impl": f"depthwise:{self.isa}", "isa": self.isa, "kernel": self.spec.name,
                 "policy": self.attr.policy, "exact": True,
                 "decision": "exact: bytes widened to s32 lanes, products by VPDPWSSD (VNNI) / VPMADDWD or, for "
-                            "a source zero point outside s16 reach, VPMULLD; no saturating step on any ISA, so "
-                            "every overflow policy gives the exact int32 sums",
-                "pixels_per_block": self.spec.pixels, "vector_lanes": self.spec.lanes,
+                            "a source zero point outside s16 reach, VPMULLD; a u8 source without zero point on "
+                            "avx512_core_vnni: 16 bytes broadcast per 128-bit lane and VPDPBUSD with one nonzero "
+                            "weight byte per lane (one product each); no saturating step on any ISA, so every "
+                            "overflow policy gives the exact int32 sums; blocks of pixels_per_block output "
+                            "pixels share each loaded source column",
+                "pixels_per_block": self.spec.pixels, "vectors_per_block": self.spec.vectors,
+                "dot_blocks": self._dot, "vector_lanes": self.spec.lanes,
                 "shape": {"N": g.n, "C": g.c, "IH": g.ih, "IW": g.iw, "OH": g.oh, "OW": g.ow, "KH": g.kh,
                           "KW": g.kw}, "strides": self.strides, "padding": (self.padding_l, self.padding_r),
                 "dilation": self.dilation, "threads": self.threads, "output": self.output}
@@ -338,6 +418,50 @@ class DepthwiseConvDesc(PrimitiveDesc):
         return DepthwiseConv(self)
 
 
+def _block_table(g: _Geometry, pixels: int) -> tuple[np.ndarray, int, int]:
+    """The blocks of a row of ``pixels`` output pixels each: ``(table, ow_lo, ow_hi)``.
+
+    ``table[b]`` = (column mask, pixel count) as int64: bit r of the mask is set when the
+    r-th column the block reads (``block_columns``) lies inside the image and is read by
+    one of the block's pixels; interior blocks (every pixel, every column inside) start
+    at ow in ``[ow_lo, ow_hi)``, which the kernel checks without reading the table.
+    """
+    cols = block_columns(pixels, g.kw, g.sw, g.dw)
+    first_reader = [min(p for p in range(pixels) for k in range(g.kw) if p * g.sw + k * g.dw == j) for j in cols]
+    full = (1 << len(cols)) - 1
+    blocks = -(-g.ow // pixels)
+    table = np.zeros((blocks, 2), np.uint64)
+    interior = []
+    for b in range(blocks):
+        ow0 = b * pixels
+        n = min(pixels, g.ow - ow0)
+        mask = 0
+        for r, j in enumerate(cols):
+            if 0 <= ow0 * g.sw - g.pl + j < g.iw and first_reader[r] < n:
+                mask |= 1 << r
+        table[b] = (mask, n)
+        if n == pixels and mask == full:
+            interior.append(ow0)
+    ow_lo, ow_hi = (interior[0], interior[-1] + 1) if interior else (g.ow + 1, 0)
+    return table.view(np.int64), ow_lo, ow_hi
+
+
+@dataclass(frozen=True)
+class _Params:
+    """What a call's argument values make of the per-call fields: built when those values
+    change, shared by every call (and thread) that brings the same values again."""
+
+    key: tuple  # the bytes of the scales, bias and zero points it was built from
+    arrays: tuple  # the vectors the pointers point into (kept alive here)
+    scale: object
+    bias: object
+    dst_zp: object
+    dst_scale_inv: float
+    zp: int
+    function: object  # the kernel of the zero point's route
+    wei_offset: int  # bytes from the packed weights to the section that kernel reads
+
+
 class DepthwiseConv(Primitive):
     """The depthwise convolution primitive: ``execute({"src", "weights", "dst", ...})``."""
 
@@ -345,44 +469,49 @@ class DepthwiseConv(Primitive):
         super().__init__(pd)
         self._kernels = {pd.spec.zp: pd._kernel(pd.spec)}
         g = pd.geo
-        lanes, cp = pd.lanes, pd.c_pad
+        cp = pd.c_pad
+        P = pd.spec.pixels
         w_tap = 4 * cp
         htab = np.zeros((g.oh, 3), np.int64)
         for oh in range(g.oh):
             k0, kn = _valid_taps(oh, g.sh, g.pt, g.dh, g.kh, g.ih)
-            htab[oh] = ((oh * g.sh - g.pt + k0 * g.dh) * g.iw * g.c if kn else 0, k0 * g.kw * w_tap, kn)
-        wtab = np.zeros((g.ow, 3), np.int64)
-        interior = []
-        for ow in range(g.ow):
-            k0, kn = _valid_taps(ow, g.sw, g.pl, g.dw, g.kw, g.iw)
-            wtab[ow] = ((ow * g.sw - g.pl + k0 * g.dw) * g.c if kn else 0, k0 * w_tap, kn)
-            if kn == g.kw:
-                interior.append(ow)
-        self._tables = (htab, wtab)
-        self._zeros = np.zeros(cp + lanes, np.int32)  # col_comp: the zero point is subtracted in the kernel
+            # src of the row's first valid kh at column -pad_l: the kernel adds ow0*SW*C
+            htab[oh] = (((oh * g.sh - g.pt + k0 * g.dh) * g.iw - g.pl) * g.c if kn else 0, k0 * g.kw * w_tap, kn)
+        btab, ow_lo, ow_hi = _block_table(g, P)
+        self._tables = (htab, btab)
+        # 64-byte aligned, as every vector the kernel reads whole: a zmm load across two cache lines
+        # costs two (the weights, the output stage's per-channel vectors)
+        self._zeros = aligned_zeros(cp + pd.lanes, np.int32)  # col_comp: the zero point is subtracted in the kernel
         self._zeros_p = pointer_to(self._zeros)
         self._w_cache = None
+        self._w_payload_seen = None
+        self._params = None
+        self._user = pd.attr.scratchpad_mode == "user"
         wmd = pd.weights_desc()
-        self._w_inverse = None if wmd.is_packed else tuple(int(i) for i in np.argsort(wmd.perm))
-        self._fast = self._fast_args()
-        P = pd.spec.pixels
-        ow_lo, ow_hi = (interior[0], interior[-1] + 1) if interior else (g.ow + 1, 0)
+        self._w_inverse = None  # plain weights in a tag other than goihw: the axes back to logical order
+        if not wmd.is_packed:
+            inverse = tuple(int(i) for i in np.argsort(wmd.perm))
+            self._w_inverse = None if inverse == tuple(range(len(inverse))) else inverse
+        self._checks = self._fast_checks()
+        self._param_names = tuple(name for name, _, _, role, _ in self._checks if role is _VALUES)
         dst_bytes = pd.dst_desc().itemsize
         rows = g.n * g.oh
         threads = max(1, min(pd.threads, rows, g.macs // _MIN_MACS_PER_THREAD))
-        full = g.c // lanes * lanes
+        full = g.c // pd.lanes * pd.lanes
         self._chunks = []
         for begin, end in split(rows, threads):
             s = ffi.new("struct i8j_dw_args *")
             n0, oh0 = divmod(begin, g.oh)
-            s.htab, s.wtab = pointer_to(htab), pointer_to(wtab)
-            s.rows, s.oh, s.pix = end - begin, oh0, 0
-            s.OH, s.OW, s.img_bytes, s.C = g.oh, g.ow, g.ih * g.iw * g.c, g.c
-            s.full_bytes, s.tail, s.tail_mask = 4 * full, g.c - full, (1 << (g.c - full)) - 1
-            s.src_px, s.src_dw, s.src_dh = g.sw * g.c, g.dw * g.c, g.dh * g.iw * g.c
-            s.w_tap, s.w_kh = w_tap, g.kw * w_tap
+            s.htab, s.btab = pointer_to(htab), pointer_to(btab)
+            s.rows0, s.oh0, s.pix0 = end - begin, oh0, begin * g.ow
+            s.OH, s.OW, s.img_bytes, s.C, s.C3 = g.oh, g.ow, g.ih * g.iw * g.c, g.c, 3 * g.c
+            s.full_bytes = 4 * full
+            s.tail, s.tail_mask = g.c - full, (1 << (g.c - full)) - 1
+            s.src_px, s.src_dh = g.sw * g.c, g.dh * g.iw * g.c
+            s.w_tap, s.w_tap3, s.w_kh = w_tap, 3 * w_tap, g.kw * w_tap
             s.dst_px, s.row_dst = g.c * dst_bytes, g.ow * g.c * dst_bytes
-            s.ow_lo, s.ow_blk_last = ow_lo, ow_hi - P
+            s.ow_lo, s.ow_hi = ow_lo, ow_hi
+            s.col_comp = self._zeros_p
             s.dst_scale_inv = 1.0
             for i, e in enumerate(pd.attr.post_ops):
                 s.po_scale[i] = e.scale if isinstance(e, Sum) else 1.0
@@ -404,112 +533,188 @@ class DepthwiseConv(Primitive):
     def execute(self, args) -> None:
         """Dense ndarrays (and the packed weights Memory) of exactly the descriptor's shapes
         skip the generic conversion of :meth:`Primitive.execute` (the same checks, less
-        Python); anything else, or verbose mode, goes through it."""
-        fast = self._fast
-        if type(args) is dict and len(args) == len(fast) and not verbose.enabled("exec"):
-            arrays = {}
-            for name, value in args.items():
-                want = fast.get(name)
-                if want is None:
-                    break
+        Python); anything else, user scratchpads, or verbose mode, goes through it."""
+        checks = self._checks
+        if type(args) is dict and len(args) == len(checks) and not self._user and not _verbose_exec():
+            key = []  # the bytes of the scales, zero points and bias, in _param_names order
+            for name, shape, dtype, role, packed in checks:
+                value = args.get(name)
                 if type(value) is np.ndarray:
-                    if value.shape != want[0] or value.dtype != want[1] or not value.flags.c_contiguous:
+                    # `is`: native dtypes are singletons; any other spelling takes the generic path
+                    if value.shape != shape or value.dtype is not dtype:
                         break
-                    if want[2] == "scales" and not np.isfinite(value).all():
+                    if role is _VALUES:
+                        key.append(value.tobytes())
+                    elif not value.flags.c_contiguous or (role is _OUTPUT and not value.flags.writeable):
                         break
-                elif name == WEIGHTS and type(value) is Memory and value.desc == want[3]:
-                    pass
-                else:
+                elif packed is None or type(value) is not Memory or (value.desc is not packed
+                                                                     and value.desc != packed):
                     break
-                arrays[name] = value
             else:
-                if args[DST].flags.writeable and not self.pd.attr.scratchpad_mode == "user":
-                    self._run(arrays, self._scratchpad(args, self._spec()))
+                if self._run(args, None, tuple(key)):
                     return
         super().execute(args)
 
-    def _fast_args(self) -> dict:
-        """name -> (physical shape, dtype, kind, desc) of the arguments the fast path takes."""
+    def _fast_checks(self) -> tuple:
+        """(name, physical shape, dtype, role, packed desc or None) of every argument the fast
+        path takes; role: _VALUES (scales, zero points, bias: copied into the kernel's
+        vectors, so any strides do), _INPUT or _OUTPUT (read or written in place by the
+        kernel: contiguous, and writable for the output)."""
         pd = self.pd
-        out = {}
+        out = []
         for name in pd.exec_arg_names():
             md = pd.query(name)
             kind = name.partition(":")[0]
             if kind in ("scales", "zero_points"):
-                out[name] = ((md.dims[0],), np.dtype(np.float32 if kind == "scales" else np.int32), kind, md)
+                dtype = np.dtype(np.float32 if kind == "scales" else np.int32)
+                out.append((name, (md.dims[0],), dtype, _VALUES, None))
             elif md.is_packed:
-                out[name] = (None, None, "packed", md)
+                out.append((name, None, None, _INPUT, md))
             else:
-                out[name] = (md.physical_shape, md.numpy_dtype, "tensor", md)
-        return out
+                role = _VALUES if name == BIAS else _OUTPUT if name == DST else _INPUT
+                out.append((name, md.physical_shape, np.dtype(md.numpy_dtype), role, None))
+        return tuple(out)
 
     def _execute(self, mem: dict, scratchpad) -> None:
-        self._run({name: (m if name == WEIGHTS else m.array) for name, m in mem.items()}, scratchpad)
+        self._run({name: (m if name == WEIGHTS else m.array) for name, m in mem.items()},
+                  scratchpad if self._user else None)
 
     def _packed_weights(self, w) -> np.ndarray:
+        """The packed weights of ``w``: a packed Memory's payload (a reorder wrote it), or
+        plain weights packed here, from a one-entry cache while the same bytes come back."""
         pd = self.pd
+        seen = self._w_payload_seen
+        if type(w) is Memory and seen is not None and w.payload is seen:  # checked at an earlier call
+            return seen[2]
         if isinstance(w, Memory) and w.desc.is_packed:
             payload = w.payload
-            if not (isinstance(payload, tuple) and len(payload) == 3 and payload[:2] == ("dw", pd._weights_layout)):
+            if not (type(payload) is tuple and len(payload) == 3 and payload[0] == "dw"
+                    and (payload[1] is pd._weights_layout or payload[1] == pd._weights_layout)):
                 raise ValueError("weights: this packed memory was not filled by a reorder into the layout "
                                  "weights_desc() asked for")
+            self._w_payload_seen = payload  # a reorder into the memory again replaces the tuple
             return payload[2]
-        logical = w.logical() if isinstance(w, Memory) else np.transpose(w, self._w_inverse)
+        if isinstance(w, Memory):
+            logical = w.logical()
+        else:
+            logical = w if self._w_inverse is None else np.transpose(w, self._w_inverse)
         raw = logical.tobytes()
         cached = self._w_cache  # (bytes, packed): replaced whole, so concurrent readers see one pair
         if cached is not None and cached[0] == raw:
             return cached[1]
         g = pd.geo
-        packed = pack_into(logical.reshape(g.c, g.kh * g.kw), np.empty(pd._weights_layout.elements, np.int32),
-                           pd.lanes)
+        layout = pd._weights_layout
+        packed = pack_into(np.frombuffer(raw, np.int8).reshape(g.c, g.kh * g.kw),
+                           aligned_zeros(layout.elements, np.int32), pd.lanes, layout.dot)
         self._w_cache = (raw, packed)
         return packed
 
-    def _run(self, a: dict, scratchpad) -> None:
+    def _prepare(self, a: dict, scratchpad, key: tuple | None = None) -> _Params | None:
+        """The per-call values as the kernel reads them: the per-channel vectors (scale =
+        src scale * weight scales, bias, dst zero points; padded to whole vectors), the dst
+        scale's inverse, the source zero point and its kernel. From a one-entry cache while
+        the same values come back (library scratchpad mode); None where a scale is not
+        finite (the generic path then says which). ``key``: those values' bytes, where the
+        caller has them already."""
+        if key is None:
+            key = tuple([a[name].tobytes() for name in self._param_names])
+        params = self._params  # replaced whole, so concurrent readers see one entry
+        if scratchpad is None and params is not None and params.key == key:
+            return params
         pd = self.pd
-        g = pd.geo
+        C = pd.geo.c
+        vec_elems = pd.c_pad + pd.lanes
+        ss, ws, ds = a.get(scales(SRC)), a.get(scales(WEIGHTS)), a.get(scales(DST))
+        for values in (ss, ws, ds):
+            if values is not None and not np.isfinite(values).all():
+                return None
+
+        def vector(name: str) -> np.ndarray:
+            if scratchpad is not None:
+                return scratchpad[pd._sp[name]].view(np.float32)
+            return aligned_zeros(vec_elems, np.float32)
+
+        arrays = []
+        scale_p = bias_p = dst_zp_p = ffi.NULL
+        if pd._scale_kind != "none":
+            vec = vector("scale")
+            s = np.float32(1) if ss is None else ss[0]
+            if ws is None:
+                vec[0] = s
+            else:
+                np.multiply(ws, s, out=vec[:ws.size])
+            arrays.append(vec)
+            scale_p = pointer_to(vec)
+        if BIAS in a:
+            vec = vector("bias")
+            vec[:C] = a[BIAS].reshape(-1)
+            arrays.append(vec)
+            bias_p = pointer_to(vec)
+        if pd.output.dst_zp != "none":
+            vec = vector("dst_zp")
+            zp = a[zero_points(DST)]
+            vec[:zp.size] = zp
+            arrays.append(vec)
+            dst_zp_p = pointer_to(vec)
+        zp_src = int(a[zero_points(SRC)][0]) if pd.has_src_zp else 0
+        route = zp_route(pd.src_dt, zp_src) if zp_src else "none"
+        kernel = self._kernel(route)
+        wei_offset = 4 * pd._weights_layout.section if pd.kernel_spec(route).dot else 0
+        params = _Params(key, tuple(arrays), scale_p, bias_p, dst_zp_p,
+                         dst_scale_inverse(ds[0]) if ds is not None else 1.0, zp_src, kernel.function, wei_offset)
+        if scratchpad is None:
+            self._params = params
+        return params
+
+    def _structs(self) -> list:
+        """This thread's argument structs, one per chunk (the kernel writes its row state
+        into them, so concurrent calls must not share them)."""
+        local = self._local
+        structs = getattr(local, "structs", None)
+        if structs is None:
+            structs = []
+            for template, *_ in self._chunks:
+                s = ffi.new("struct i8j_dw_args *")
+                ffi.memmove(s, template, len(template))
+                structs.append(s)
+            local.structs = structs
+            local.held = None
+        return structs
+
+    def _run(self, a: dict, scratchpad, key: tuple | None = None) -> bool:
+        """Run the kernel over ``a`` (name -> ndarray, weights also a packed Memory);
+        False, before running anything, where ``_prepare`` refuses the values."""
         src, dst = a[SRC], a[DST]
         if np.may_share_memory(src, dst):
             raise ValueError("dst: overlaps src; the convolution is not in place")
-        C = g.c
-        scale_p = bias_p = dst_zp_p = ffi.NULL
-        sp = scratchpad
-        if pd._scale_kind != "none":
-            vec = sp[pd._sp["scale"]].view(np.float32)
-            s = a.get(scales(SRC))
-            w = a.get(scales(WEIGHTS))
-            s = np.float32(1) if s is None else s[0]
-            if w is None:
-                vec[0] = s
-            else:
-                np.multiply(w, s, out=vec[:w.size])
-            scale_p = pointer_to(vec)
-        if BIAS in a:
-            vec = sp[pd._sp["bias"]].view(np.float32)
-            vec[:C] = a[BIAS].reshape(-1)
-            bias_p = pointer_to(vec)
-        if pd.output.dst_zp != "none":
-            vec = sp[pd._sp["dst_zp"]].view(np.float32)
-            zp = a[zero_points(DST)]
-            vec[:zp.size] = zp
-            dst_zp_p = pointer_to(vec)
-        zp_src = int(a[zero_points(SRC)][0]) if pd.has_src_zp else 0
-        dst_scale = dst_scale_inverse(a[scales(DST)][0]) if scales(DST) in a else 1.0
+        params = self._prepare(a, scratchpad, key)
+        if params is None:
+            return False
         wpacked = self._packed_weights(a[WEIGHTS])
-        kernel = self._kernel(zp_route(pd.src_dt, zp_src) if zp_src else "none")
-        binaries = [(i, kind, pointer_to(a[post_op_src1(i)])) for i, kind in pd._binary]
-        src_ptr, dst_ptr, w_ptr = pointer_to(src), pointer_to(dst), pointer_to(wpacked)
-        structs = []
-        for template, src_off, dst_off, pix0 in self._chunks:
-            s = ffi.new("struct i8j_dw_args *")
-            ffi.memmove(s, template, len(template))
-            s.src, s.dst, s.wei = src_ptr + src_off, dst_ptr + dst_off, w_ptr
-            s.col_comp, s.scale, s.bias, s.dst_zp = self._zeros_p, scale_p, bias_p, dst_zp_p
-            s.dst_scale_inv, s.zp = dst_scale, zp_src
+        local = self._local
+        structs = getattr(local, "structs", None) or self._structs()
+        held = local.held
+        if held is None or held[0] is not params or held[1] is not wpacked:
+            w_ptr = pointer_to(wpacked) + params.wei_offset
+            for s in structs:
+                s.wei, s.scale, s.bias, s.dst_zp = w_ptr, params.scale, params.bias, params.dst_zp
+                s.dst_scale_inv, s.zp = params.dst_scale_inv, params.zp
+            local.held = (params, wpacked)  # also keeps what the structs point to alive
+        # src and dst are dense (the descriptors' nhwc): cffi's buffer route always takes them
+        src_ptr, dst_ptr = _from_buffer(src), _from_buffer(dst)
+        if len(structs) == 1 and not self.pd._binary:  # the common case, in fewest steps
+            s = structs[0]
+            s.src0, s.dst0 = src_ptr, dst_ptr
+            params.function(s)
+            return True
+        binaries = [(i, kind, pointer_to(a[post_op_src1(i)])) for i, kind in self.pd._binary]
+        C = self.pd.geo.c
+        for s, (_, src_off, dst_off, pix0) in zip(structs, self._chunks):
+            s.src0, s.dst0 = src_ptr + src_off, dst_ptr + dst_off
             for i, kind, base in binaries:
                 s.po_src[i] = base + {"common": 0, "col": 0, "row": 4 * pix0, "full": 4 * pix0 * C}[kind]
-            structs.append(s)
-        run_chunks(kernel.function, structs)
+        run_chunks(params.function, structs)
+        return True
 
 
 def depthwise_conv_desc(*args, **kwargs) -> DepthwiseConvDesc:

@@ -36,6 +36,10 @@ PROFILES = {
     "resblock_s8": dict(src="u8", zp=True, wmask=0, s_src=False, bias="s32",
                         post=(("sum", 0.5, 2), ("binary", "add", "full"), ("binary", "mul", "col")), s_dst=True,
                         zp_dst=2, dst="s8"),
+    # u8 without zero point: the broadcast VPDPBUSD ("dot") blocks on avx512_core_vnni
+    "u8_fused": dict(src="u8", zp=False, wmask=1, s_src=True, bias="f32",
+                     post=(("eltwise", "relu", 0.0, 0.0), ("binary", "add", "full"), ("binary", "min", "row")),
+                     s_dst=True, zp_dst=2, dst="u8"),
     "float_out": dict(src="s8", zp=False, wmask=3, s_src=True, bias=None,
                       post=(("eltwise", "tanh", 0.0, 0.0), ("binary", "max", "common"), ("binary", "sub", "row")),
                       s_dst=False, zp_dst=None, dst="f32"),
@@ -212,14 +216,53 @@ def test_packed_weights_and_layouts(isa_path):
         np.testing.assert_array_equal(y, want)
 
 
+def test_zero_point_routes_share_one_primitive(isa_path):
+    """A u8 source whose zero point changes between calls: 0 (the dot kernel on
+    avx512_core_vnni, reading the second weights section), s16 and s32 reach (widening
+    kernels, first section), and 0 again; plain and packed weights; every result exact."""
+    rng = np.random.default_rng(11)
+    N, C, H, W = 1, 50, 7, 19
+    x = _rand(rng, "u8", (N, H, W, C))
+    w = _rand(rng, "s8", (C, 1, 1, 3, 3))
+    attr = Attr(zero_points={"src": 0}, scales={"weights": 1}, post_ops=PostOps().eltwise("relu"))
+    prims = []
+    for tag in ("any", "goihw"):
+        pd = DepthwiseConvDesc(desc((N, C, H, W), "u8", "nhwc"), desc((C, 1, 1, 3, 3), "s8", tag),
+                               desc((N, C, H, W), "f32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1), attr=attr,
+                               isa=isa_path)
+        weights = w
+        if tag == "any":
+            weights = Memory(pd.weights_desc())
+            reorder_desc(desc((C, 1, 1, 3, 3), "s8", "goihw"), pd.weights_desc()).create().execute(
+                {"src": w, "dst": weights})
+        prims.append((pd.create(), weights))
+    scale = rng.uniform(0.01, 0.1, C).astype(np.float32)
+    for zp in (0, 7, 0, 40000, 0):
+        want = depthwise_ref(x, w, zp_src=zp, padding_l=(1, 1), padding_r=(1, 1), dst_dt="f32", scale=scale,
+                             post_ops=[("eltwise", "relu", 0.0, 0.0)])
+        for prim, weights in prims:
+            y = np.zeros((N, H, W, C), np.float32)
+            prim.execute({"src": x, "weights": weights, "dst": y, "zero_points:src": np.int32([zp]),
+                          "scales:weights": scale})
+            np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32))
+
+
 def test_kernels_cached_by_structure_not_size():
+    """Channels, image sizes and KH are run-time values: one kernel serves them all; the
+    window along W (KW, stride, dilation) and the block size shape the code."""
     from jit import cache
 
-    pds = [DepthwiseConvDesc(desc((1, c, h, h), "u8", "nhwc"), desc((c, 1, 1, k, k), "s8", "goihw"),
-                             desc((1, c, h - k + 1, h - k + 1), "s32", "nhwc"))
-           for c, h, k in ((8, 9, 3), (100, 12, 5), (33, 8, 1))]
-    kernels = {id(cache.get_kernel(("depthwise", pd.spec), lambda: None)) for pd in pds}
+    def pd(c, h, w, kh, kw, stride=1):
+        return DepthwiseConvDesc(desc((1, c, h, w), "u8", "nhwc"), desc((c, 1, 1, kh, kw), "s8", "goihw"),
+                                 desc((1, c, (h - kh) // stride + 1, (w - kw) // stride + 1), "s32", "nhwc"),
+                                 strides=(stride, stride))
+
+    same = [pd(c, h, 16, kh, 3) for c, h, kh in ((8, 9, 3), (100, 12, 5), (33, 8, 1))]
+    assert len({p.spec.pixels for p in same}) == 1
+    kernels = {id(cache.get_kernel(("depthwise", p.spec), lambda: None)) for p in same}
     assert len(kernels) == 1
+    other = [pd(8, 9, 16, 3, 5), pd(8, 9, 17, 3, 3, stride=2)]
+    assert len({p.spec for p in same[:1] + other}) == 3
 
 
 def test_threads_and_user_scratchpad(isa_path):
@@ -263,7 +306,7 @@ def test_guard_pages(isa_path, guarded, where):
     access past a buffer faults."""
     rng = np.random.default_rng(7)
     N, H, W, K, OH, OW = 1, 5, 4, 3, 5, 4
-    for C in (1, 3, 7, 8, 13, 16, 17, 31):
+    for C in (1, 3, 7, 8, 13, 16, 17, 31, 40, 49):
         for plain in (False, True):
             dst_dt = "s32" if plain else "s8"
             x = guarded(N * H * W * C, np.uint8, where).reshape(N, H, W, C)
@@ -366,3 +409,22 @@ def test_impl_info_and_policies():
     for policy in ("exact", "faithful", "halve_weights"):
         info = DepthwiseConvDesc(src, wei, dst, attr=Attr(policy=policy)).impl_info()
         assert info["exact"] is True and info["impl"].startswith("depthwise:") and info["kind"] == "convolution"
+
+
+def test_verbose_exec_lines_follow_the_environment(monkeypatch, capsys):
+    """The fast path reads INT8JIT_VERBOSE its own way (primitives.conv_depthwise._verbose_exec):
+    setting, clearing and setting it again between calls turns exec lines on and off."""
+    src, wei, dst = _descs()
+    prim = DepthwiseConvDesc(src, wei, dst).create()
+    args = {"src": np.ones((1, 6, 6, 8), np.uint8), "weights": np.ones((8, 1, 1, 3, 3), np.int8),
+            "dst": np.zeros((1, 4, 4, 8), np.uint8)}
+    lines = []
+    for value in ("exec", None, "exec", "0"):
+        if value is None:
+            monkeypatch.delenv("INT8JIT_VERBOSE", raising=False)
+        else:
+            monkeypatch.setenv("INT8JIT_VERBOSE", value)
+        prim.execute(args)
+        lines.append(capsys.readouterr().err.count("int8jit_verbose,exec,"))
+    assert lines == [1, 0, 1, 0]
+    np.testing.assert_array_equal(args["dst"], 9)
