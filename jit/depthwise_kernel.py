@@ -630,4 +630,7 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
     MOV(A("oh"), rax)
     DEC(asm.qword[A("rows")[0]])
     JNZ(row_loop)
+    # PeachPy's VZEROUPPER placement follows each branch once and can miss a RETURN
+    # first reached before any AVX code: clear the upper halves here, always.
+    asm.VZEROUPPER()
     asm.RETURN()

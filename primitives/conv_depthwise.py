@@ -50,7 +50,6 @@ Example::
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,18 +73,6 @@ _DST_TYPES = ("u8", "s8", "s32", "f32")
 _NHWC = "acdb"
 _MIN_MACS_PER_THREAD = 1 << 18  # below this many multiply-adds a second thread costs more than it gives
 _INPUT, _OUTPUT, _VALUES = "input", "output", "values"  # roles of execute() arguments (see _fast_checks)
-# INT8JIT_VERBOSE read through os.environ's own mapping (bytes keys on POSIX) skips the
-# KeyError that os.environ.get raises and catches inside while the variable is unset:
-# about a microsecond of every execute(). Anything else goes to verbose.enabled.
-_VERBOSE_KEY = verbose.ENV.encode()
-
-
-def _verbose_exec() -> bool:
-    """``verbose.enabled("exec")``, answered without verbose's lookup while INT8JIT_VERBOSE is unset."""
-    data = getattr(os.environ, "_data", None)
-    if type(data) is dict and _VERBOSE_KEY not in data:
-        return False
-    return verbose.enabled("exec")
 
 
 def _ints(name: str, value, minimum: int) -> tuple[int, int]:
@@ -535,7 +522,7 @@ class DepthwiseConv(Primitive):
         skip the generic conversion of :meth:`Primitive.execute` (the same checks, less
         Python); anything else, user scratchpads, or verbose mode, goes through it."""
         checks = self._checks
-        if type(args) is dict and len(args) == len(checks) and not self._user and not _verbose_exec():
+        if type(args) is dict and len(args) == len(checks) and not self._user and not verbose.enabled("exec"):
             key = []  # the bytes of the scales, zero points and bias, in _param_names order
             for name, shape, dtype, role, packed in checks:
                 value = args.get(name)
