@@ -210,11 +210,12 @@ class PrimitiveDesc:
         return ()
 
     def key(self) -> tuple:
-        """Hashable identity: class, kind, the queried descriptors, attributes, ISA, extras."""
+        """Hashable identity: class, kind, the queried descriptors, attributes, ISA, thread
+        count (a primitive splits its work when it is created), extras."""
         cls = type(self)
         descs = tuple((n, self.query(n)) for n in _TENSOR_ARGS)
         return (cls.__module__, cls.__qualname__, self.kind, descs, self.scratchpad_desc(),
-                self._attr().key(), self.isa, self._key_extra())
+                self._attr().key(), self.isa, getattr(self, "threads", None), self._key_extra())
 
     def _create_primitive(self) -> "Primitive":
         if self.primitive_class is None:

@@ -164,3 +164,12 @@ def test_pooling_replay(tag, monkeypatch):
     logical = np.moveaxis(x, -1, 1) if tag == "nhwc" else x
     expect = pooling_ref(np.moveaxis(logical, 1, -1), "avg_exclude_padding", (3, 3), (2, 2), (1, 1), (1, 1))
     np.testing.assert_array_equal(np.moveaxis(y, -1, 1) if tag == "nhwc" else y, np.moveaxis(expect, -1, 1))
+
+
+def test_thread_count_is_part_of_the_primitive_identity():
+    """Two descriptors that differ only in their thread count are two primitives (each
+    splits its work for its own count): the primitive cache must not hand one the other's."""
+    mds = (desc((1, 8, 6, 6), "u8", "nhwc"), desc((8, 8, 3, 3), "s8", "any"), desc((1, 8, 4, 4), "s32", "nhwc"))
+    one, two = ConvolutionDesc(*mds, threads=1), ConvolutionDesc(*mds, threads=2)
+    assert one.create() is not two.create()
+    assert one.create() is ConvolutionDesc(*mds, threads=1).create()
