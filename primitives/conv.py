@@ -420,6 +420,7 @@ class _Convolution(GemmKernels, Primitive):
         # The source as the kernel reads it.
         zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
         src = mem[SRC]
+        copy_source = None  # the padded copy of the source, when the kernel cannot read it as is
         if pd._direct_src():
             a, pixel = src.array, g.icg
         else:
@@ -498,9 +499,6 @@ class _Convolution(GemmKernels, Primitive):
                                                  "full": 4 * (row0 * OC + col0)}[kind]
                 s.po_ld[i] = 4 * OC
         threads = plan["threads"]
-        x_in = x if not pd._direct_src() else None
-        if x_in is None:
-            copy_source = None
         dst_logical = dst.logical() if c_nhwc is not None else None
 
         def run() -> None:  # what every call does: the source's and dst's copies, the kernels
@@ -512,7 +510,7 @@ class _Convolution(GemmKernels, Primitive):
             if c_nhwc is not None:
                 dst_logical[...] = np.moveaxis(c_nhwc, -1, 1)
         run()
-        views = x_in is None or np.may_share_memory(x_in, src.array)
+        views = copy_source is None or np.may_share_memory(x, src.array)  # not a copy of the source
         if kept and wmem.desc.is_packed and not copied and views:
             return Replay(run, by_value=(BIAS,))
         return None
