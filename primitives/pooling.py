@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit.pooling_kernel import ARGS_CDEF, SIGNATURE, UNROLLED, PoolKernelSpec
-from primitives import verbose
 from primitives.attr import Attr
 from primitives.base import Primitive, PrimitiveDesc, Replay
 from primitives.memory import Memory, MemoryDesc, desc
@@ -248,12 +247,8 @@ def pooling_desc(alg, src_desc, dst_desc, strides, kernel, padding_l, padding_r,
 
 
 class Pooling(Primitive):
-    """The pooling primitive: ``execute({"src": ..., "dst": ...})`` (ndarrays or Memory).
-
-    Dense ndarrays in the descriptors' physical shapes skip the generic argument
-    conversion of :meth:`primitives.base.Primitive.execute` (same checks, less Python);
-    anything else, or verbose mode, goes through it.
-    """
+    """The pooling primitive: ``execute({"src": ..., "dst": ...})`` (ndarrays or Memory);
+    a repeated call with the same arrays replays (:class:`primitives.base.Replay`)."""
 
     def __init__(self, pd: PoolingDesc):
         from jit import cache
@@ -264,8 +259,6 @@ class Pooling(Primitive):
         self.kernel = cache.get_kernel(("pooling", spec), lambda: generate(spec))
         self._fn = self.kernel.function
         self._src_md, self._dst_md = pd.src_desc(), pd.dst_desc()
-        self._src_shape, self._dst_shape = self._src_md.physical_shape, self._dst_md.physical_shape
-        self._src_dtype, self._dst_dtype = self._src_md.numpy_dtype, self._dst_md.numpy_dtype
         g = pd._geo
         route = pd._route()
         self._route = route
@@ -274,19 +267,6 @@ class Pooling(Primitive):
 
     def impl_info(self) -> dict:
         return self.pd.impl_info()
-
-    def execute(self, args) -> None:
-        if type(args) is dict and len(args) == 2 and not verbose.enabled("exec"):
-            src, dst = args.get(SRC), args.get(DST)
-            if self._plain(src, self._src_shape, self._src_dtype) and \
-                    self._plain(dst, self._dst_shape, self._dst_dtype) and dst.flags.writeable:
-                self._pool(src, dst)
-                return
-        super().execute(args)
-
-    @staticmethod
-    def _plain(x, shape, dtype) -> bool:
-        return type(x) is np.ndarray and x.shape == shape and x.dtype == dtype and x.flags.c_contiguous
 
     def _execute(self, mem: dict, scratchpad) -> Replay:
         src, dst = mem[SRC].array, mem[DST].array
