@@ -48,7 +48,7 @@ from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, 
 from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from primitives.gemm import Choice, decide
-from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, new_args, refresh
+from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
 from primitives.reference import dst_scale_inverse
@@ -311,19 +311,13 @@ class ConvolutionDesc(PrimitiveDesc):
         return self._direct_src() and self.geometry.flat
 
     def _kernel_for(self, choice: Choice):
-        from jit import cache
-        from jit.gemm_kernel import generate
-
         g = self.geometry
         if self._flat_src():  # one GEMM over all pixels, split between threads (see _plan)
             mr, rows = MAX_MR, tuple(e - b for b, e in split(g.n * _prod(g.out), self.threads, 8))
         else:  # each output row is a run of row blocks
             mr, rows = block_rows(g.out[2], choice.nr), (g.out[2],)
-        kspec = choose_tile(choice.path, self.src_s8, self.output, choice.nr, mr, positions=True, outer=True,
-                            rows=rows)
-        kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
-        kernel.meta["kspec"] = kspec
-        return kernel
+        return kernel_of(choose_tile(choice.path, self.src_s8, self.output, choice.nr, mr, positions=True,
+                                     outer=True, rows=rows))
 
     def _key_extra(self):
         return (self.geometry,)

@@ -26,7 +26,7 @@ from primitives.checks import check_choice, check_dim, check_int_range, check_ma
 from primitives.gemm_pack import PackedB, pack_b, saturation_proof
 from primitives.reference import op
 from runtime import isa as isa_mod
-from primitives.gemm_driver import Operand, OutputArgs, Plan, make_plan, run
+from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, run
 from runtime.threads import resolve_threads
 
 POLICIES = ("exact", "faithful")
@@ -80,13 +80,9 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None)
 def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, rows: tuple | None = None):
     """The cached kernel for a decision (generated only, never executed, here); ``rows``:
     the row counts it will run, when the caller knows them (fewer tail blocks)."""
-    from jit import cache
-    from jit.gemm_kernel import choose_tile, generate
+    from jit.gemm_kernel import choose_tile
 
-    kspec = choose_tile(choice.path, s8_src, output, choice.nr, rows=rows)
-    kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
-    kernel.meta["kspec"] = kspec
-    return kernel
+    return kernel_of(choose_tile(choice.path, s8_src, output, choice.nr, rows=rows))
 
 
 def _rows_view(a: np.ndarray, rows: int, cols: int, ld: int) -> np.ndarray:
@@ -100,13 +96,7 @@ def _u8_variant(kernel):
     """The kernel like ``kernel`` (an s8-source one) that reads A already shifted to u8."""
     from dataclasses import replace
 
-    from jit import cache
-    from jit.gemm_kernel import generate
-
-    kspec = replace(kernel.meta["kspec"], s8_src=False)
-    variant = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
-    variant.meta["kspec"] = kspec
-    return variant
+    return kernel_of(replace(kernel.meta["kspec"], s8_src=False))
 
 
 class Gemm:

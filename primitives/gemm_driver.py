@@ -103,6 +103,17 @@ def new_args(packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c0: int,
     return s
 
 
+def kernel_of(kspec):
+    """The GEMM kernel of ``kspec`` from the kernel cache (generated on a miss), with its
+    spec in ``meta["kspec"]`` for the drivers."""
+    from jit import cache
+    from jit.gemm_kernel import generate
+
+    kernel = cache.get_kernel(("gemm", kspec), lambda: generate(kspec))
+    kernel.meta["kspec"] = kspec
+    return kernel
+
+
 def tuned_kernel(kernel, rows: int):
     """``kernel``, or its variant that prefetches the next column tile of B into L2.
 
@@ -113,17 +124,11 @@ def tuned_kernel(kernel, rows: int):
     """
     from dataclasses import replace
 
-    from jit import cache
-    from jit.gemm_kernel import generate
-
     kspec = kernel.meta["kspec"]
     want = 8 * kspec.mr <= rows <= 48 * kspec.mr
     if want == kspec.prefetch_next:
         return kernel
-    tuned = replace(kspec, prefetch_next=want)
-    variant = cache.get_kernel(("gemm", tuned), lambda: generate(tuned))
-    variant.meta["kspec"] = tuned
-    return variant
+    return kernel_of(replace(kspec, prefetch_next=want))
 
 
 def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, out: OutputArgs,
