@@ -371,7 +371,7 @@ class Primitive:
         self.last_exec_ms = ms
         if quiet:
             self._remember(replay, args, mem, spec)
-        if verbose.enabled("exec"):
+        else:
             pd = self.pd
             verbose.execution(pd.kind, pd.impl_name(), pd.isa, self._verbose_desc(), pd._attr().verbose_str(), ms)
 
