@@ -45,15 +45,16 @@ struct i8j_gemm_args {
     int64_t *pos_off; int64_t *pos_end; int64_t *pos_cur;
     /* outer loop (spec.outer): `outer` blocks of m rows, A and dst advanced by strides */
     int64_t outer; int64_t a_outer_stride; int64_t c_outer_stride;
-    int64_t outer_left; void *a_cur; void *c_cur;   /* the kernel's own scratch */
+    int64_t outer_left; void *a_cur; void *c_cur; int64_t m_left;   /* the kernel's own scratch */
     %s                                    /* the output stage's (jit.output) */
 };
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_gemm_args *)"
 FIELDS = ("a", "lda", "b", "b_tile_stride", "c", "ldc", "m", "n", "k_groups", "k_tail_back",
           "k_tail_shift", "pos_off", "pos_end", "pos_cur", "outer", "a_outer_stride", "c_outer_stride",
-          "outer_left", "a_cur", "c_cur") + OUTPUT_FIELDS
-MAX_MR = 6  # two A/C row bases of three rows each
+          "outer_left", "a_cur", "c_cur", "m_left") + OUTPUT_FIELDS
+MAX_MR = 9  # three A/C row bases of three rows each
+DEFAULT_MR = 6  # the tallest tile a GEMM asks for (nr = 4 fits 6 rows on AVX-512)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class GemmKernelSpec:
         return f"{kind}_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}_{self.mr}x{self.nr}"
 
 
-def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = MAX_MR, *,
+def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = DEFAULT_MR, *,
                 positions: bool = False, outer: bool = False, unroll_k: int = 4,
                 prefetch_next: bool = False, rows: tuple | None = None) -> GemmKernelSpec:
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit.
@@ -186,8 +187,9 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     vload = asm.VMOVDQU32 if path.bits == 512 else asm.VMOVDQU
 
     # GPRs. args: rdi. Tile loop: rsi B tile, r13 columns left, r14 tile column*4.
-    # Row loop: rax A block, r10 C block, r8 lda, r11 ldc, r12 rows left, r15 row*4.
-    # K loop: rbx B cursor, rdx/rcx A cursors of rows 0-2/3-5, r9 counter.
+    # Row loop: rax A block, r10 C block, r8 lda, r11 ldc, r15 row*4 (rows left in the
+    # args struct). K loop: rbx B cursor, rdx/rcx/r12 A cursors of rows 0-2/3-5/6-8,
+    # r9 counter; in the output stage rcx/r12 are C bases of rows 3-5/6-8.
     args = rdi
     asm.LOAD.ARGUMENT(args, argument)
     MOV(rsi, [args + off["b"]])
@@ -195,12 +197,20 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     XOR(r14.as_dword, r14.as_dword)
 
     def a_row(i):
-        base = rdx if i < 3 else rcx
+        base = (rdx, rcx, r12)[i // 3]
         return [base + 0, base + r8 * 1, base + r8 * 2][i % 3]
 
     def c_row(i):
-        base = r10 if i < 3 else rcx
+        base = (r10, rcx, r12)[i // 3]
         return [base + 0, base + r11 * 1, base + r11 * 2][i % 3]
+
+    def row_bases(first, stride, rows: int) -> None:
+        # rcx = first + 3 strides (rows 3-5), r12 = first + 6 strides (rows 6-8)
+        if rows > 3:
+            LEA(rcx, [stride + stride * 2])
+            if rows > 6:
+                LEA(r12, [first + rcx * 2])
+            ADD(rcx, first)
 
     def k_group(rows: int, tail: bool, u: int = 0) -> None:
         # u: which group of an unrolled iteration (B and A displacements, no pointer bumps)
@@ -258,9 +268,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             MOV([args + off["pos_cur"]], rbp)
         else:
             MOV(rdx, rax)
-        if rows > 3:
-            LEA(rcx, [r8 + r8 * 2])
-            ADD(rcx, rdx)
+        row_bases(rdx, r8, rows)
         k_loop, k_tail, k_done = Label(), Label(), Label()
         MOV(r9, [args + off["k_groups"]])
         if next_lines:
@@ -275,6 +283,8 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             ADD(rdx, 4 * groups)
             if rows > 3:
                 ADD(rcx, 4 * groups)
+            if rows > 6:
+                ADD(r12, 4 * groups)
 
         unroll = spec.unroll_k
         if unroll > 1:  # whole unrolled iterations, then one group at a time
@@ -303,6 +313,8 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         SUB(rdx, r9)
         if rows > 3:
             SUB(rcx, r9)
+        if rows > 6:
+            SUB(r12, r9)
         MOV(r9, [args + off["k_tail_shift"]])
         k_group(rows, tail=True)
         LABEL(k_done)
@@ -310,9 +322,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             MOV(rbp, [args + off["pos_cur"]])
             CMP(rbp, [args + off["pos_end"]])
             JB(pos_loop)
-        if rows > 3:
-            LEA(rcx, [r11 + r11 * 2])
-            ADD(rcx, r10)
+        row_bases(r10, r11, rows)
         free = [V(j) for j in range(mr * nr, path.registers)]  # all but the accumulators
         ctx = OutputContext(path=path, spec=spec.output, args=args, offsets=off, col_bytes=r14,
                             row_bytes=r15, n_left=r13, c_row=c_row, free_vectors=free,
@@ -343,11 +353,13 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         LABEL(outer_loop)
         MOV(rax, [args + off["a_cur"]])
         MOV(r10, [args + off["c_cur"]])
-    MOV(r12, [args + off["m"]])
+    MOV(rbp, [args + off["m"]])
+    MOV([args + off["m_left"]], rbp)
+    m_left = asm.qword[args + off["m_left"]]
 
     row_loop, row_tail = Label(), Label()
     LABEL(row_loop)
-    CMP(r12, mr)
+    CMP(m_left, mr)
     JB(row_tail)
     row_block(mr)
     IMUL(rbp, r8, mr)
@@ -355,24 +367,24 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     IMUL(rbp, r11, mr)
     ADD(r10, rbp)
     ADD(r15, 4 * mr)
-    SUB(r12, mr)
+    SUB(m_left, mr)
     JMP(row_loop)
 
     LABEL(row_tail)
     tails = {rows: Label() for rows in range(1, mr) if spec.tails is None or rows in spec.tails}
     for rows, label in tails.items():
-        CMP(r12, rows)
+        CMP(m_left, rows)
         JE(label)
     if spec.tails is not None:  # a remainder without its own block: one row at a time
         single = Label()
         LABEL(single)
-        TEST(r12, r12)
-        JZ(outer_next)
+        CMP(m_left, 0)
+        JE(outer_next)
         row_block(1)
         ADD(rax, r8)
         ADD(r10, r11)
         ADD(r15, 4)
-        DEC(r12)
+        DEC(m_left)
         JMP(single)
     JMP(outer_next)
     for rows, label in tails.items():

@@ -38,16 +38,17 @@ Example::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from jit.gemm_kernel import MAX_MR, choose_tile
+from jit.dot import Path
+from jit.gemm_kernel import DEFAULT_MR, MAX_MR, choose_tile
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from primitives.gemm import Choice, decide
+from primitives.gemm import Choice, decide, tile_vectors
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
@@ -59,6 +60,8 @@ from runtime.threads import resolve_threads, run_chunks, split
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 POLICIES = ("exact", "faithful", "halve_weights")
 _ONE = np.ones(1, np.float32)
+_L2_BUDGET = 1 << 20  # bytes of packed B a thread keeps in L2 while it sweeps its images
+_L1_BUDGET = 40 << 10  # bytes of a column tile's B that stay in L1 (48 KB) across row blocks
 
 
 def _tuple(name: str, value, n: int, lo: int) -> tuple:
@@ -133,7 +136,7 @@ class ConvWeightsLayout:
 
     def nbytes(self) -> int:
         g = self.geometry
-        choice = decide(self.isa, "faithful", None, g.ocg)
+        choice = self.decide("faithful")
         tile_n = choice.nr * choice.path.lanes
         tiles = -(-g.ocg // tile_n)
         k = g.positions * g.k_per_position
@@ -150,17 +153,22 @@ class ConvWeightsLayout:
             w = np.concatenate([w, np.zeros(w.shape[:-1] + (kp - g.icg,), np.int8)], axis=-1)
         return np.ascontiguousarray(w.reshape(g.ocg, -1).T)
 
+    def decide(self, policy: str, b_kn: np.ndarray | None = None) -> Choice:
+        """GEMM's path decision, with the tile width this convolution's rows want."""
+        choice = decide(self.isa, policy, b_kn, self.geometry.ocg)
+        return replace(choice, nr=conv_tile(choice.path, self.geometry)[1])
+
     def pack_all(self, logical: np.ndarray) -> list:
         out = []
         for group in range(self.geometry.groups):
             b = self.b_kn(logical, group)
-            if self.policy == "halve_weights" and not decide(self.isa, "faithful", None, 1).path.kind == "vnni":
+            if self.policy == "halve_weights" and not self.decide("faithful").path.kind == "vnni":
                 # oneDNN's non-VNNI convolution: weights * 0.5, rounded to nearest even;
                 # 255 * (64 + 64) <= 32767, so VPMADDUBSW can no longer saturate.
                 b = np.rint(b.astype(np.float32) * np.float32(0.5)).astype(np.int8)
-                choice = decide(self.isa, "faithful", b)
+                choice = self.decide("faithful", b)
             else:
-                choice = decide(self.isa, "exact" if self.policy == "halve_weights" else self.policy, b)
+                choice = self.decide("exact" if self.policy == "halve_weights" else self.policy, b)
             out.append((pack_b(b, choice.path, choice.nr), choice))
         return out
 
@@ -281,14 +289,13 @@ class ConvolutionDesc(PrimitiveDesc):
                       scales_masks={SRC: (0,), WEIGHTS: (0, 1, 3) if grouped else (0, 1), DST: (0,)},
                       zero_points_args=(SRC, DST), zero_points_masks={SRC: (0,), DST: (0, 2)}, max_sums=1)
         self.src_s8 = src_md.dt == "s8"
-        self.fast = decide(self.isa, attr.policy if attr.policy != "halve_weights" else "faithful", None, ocg)
+        self._layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
+        self.fast = self._layout.decide(attr.policy if attr.policy != "halve_weights" else "faithful")
         self.halve = attr.policy == "halve_weights" and self.fast.path.kind != "vnni"
         plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve)
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         if weights_md.is_any:
-            layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
-            weights_md = packed_desc(weights_md.dims, "s8", layout, layout.nbytes())
-        self._layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
+            weights_md = packed_desc(weights_md.dims, "s8", self._layout, self._layout.nbytes())
         for name, md in ((SRC, src_md), (WEIGHTS, weights_md), (DST, dst_md), (BIAS, bias_md)):
             self._set_desc(name, md)
         self._kernel_for(self.fast)  # creation pays the code generation (or the disk cache) once
@@ -313,9 +320,9 @@ class ConvolutionDesc(PrimitiveDesc):
     def _kernel_for(self, choice: Choice):
         g = self.geometry
         if self._flat_src():  # one GEMM over all pixels, split between threads (see _plan)
-            mr, rows = MAX_MR, tuple(e - b for b, e in split(g.n * _prod(g.out), self.threads, 8))
+            mr, rows = DEFAULT_MR, tuple(e - b for b, e in split(g.n * _prod(g.out), self.threads, 8))
         else:  # each output row is a run of row blocks
-            mr, rows = block_rows(g.out[2], choice.nr), (g.out[2],)
+            mr, rows = conv_tile(choice.path, g)[0], (g.out[2],)
         return kernel_of(choose_tile(choice.path, self.src_s8, self.output, choice.nr, mr, positions=True,
                                      outer=True, rows=rows))
 
@@ -336,23 +343,45 @@ class ConvolutionDesc(PrimitiveDesc):
         return _Convolution(self)
 
 
-def block_rows(width: int, nr: int, most: int = MAX_MR) -> int:
-    """Rows of the register block for output rows ``width`` pixels long.
+def conv_tile(path: Path, g: Geometry) -> tuple:
+    """The register block (rows, vectors) for ``g``'s output rows on ``path``: at most
+    GEMM's ``tile_vectors``.
 
-    Each output row runs as blocks of ``mr`` rows and one block of the rest, and a block
-    of one or two rows has too few accumulators to hide the dot product's latency (7 =
-    6 + 1 runs its last row at about half speed). Model, per K group of a block of r
-    rows: max(r * nr / 2 (two dot products a cycle), (r + nr) / 2 (two loads a cycle), 5
-    (the latency each accumulator waits)) cycles; the tallest block within 3% of the
-    best total wins (7: 4 + 3, 14: 5 + 5 + 4, 56: 6 x 9 + 2).
+    Each output row runs as blocks of ``mr`` rows and one block of the rest, over
+    ceil(ocg / (nr * lanes)) column tiles. Model (Intel AVX-512 cores: two dot products
+    and two loads a cycle, L2 feeding about 32 bytes a cycle), per K group of a block
+    of r rows: max(r * nr / 2, (r + nr) / 2, 5 (the latency each accumulator waits),
+    nr vectors of B / 32 bytes when the tile's B does not stay in L1) cycles; the
+    cheapest (rows, vectors) within 3% of the best wins, wider first, then taller.
+    Measured here (one thread): 7x7 rows with 512 channels, 7x2 or 7x3 rather than 4+3
+    rows of 4x4, +7-8% (B streams from L2 at each block); 14 wide: 5+5+4 rows of 4x4;
+    56: 6 x 9 + 2.
     """
-    def cycles(rows: int) -> float:
-        full, rest = divmod(width, rows)
-        block = lambda r: max(r * nr / 2, (r + nr) / 2, 5.0)  # noqa: E731
-        return full * block(rows) + (block(rest) if rest else 0.0)
+    width, nr = g.out[2], tile_vectors(path, g.ocg)
+    if g.flat:
+        return DEFAULT_MR, nr
+    k_bytes = g.positions * g.k_per_position * (2 if path.kind == "widen" else 1)
+    extra = 2 + (2 if path.kind in ("maddubsw", "widen") else 0)  # A broadcast, xor 0x80, helpers
 
-    best = min(cycles(r) for r in range(1, most + 1))
-    return max(r for r in range(1, most + 1) if cycles(r) <= 1.03 * best)
+    def block(r: int, n: int) -> float:
+        b_bytes = n * path.vector_bytes
+        l2 = b_bytes / 32 if k_bytes * n * path.lanes > _L1_BUDGET else 0.0
+        return max(r * n / 2, (r + n) / 2, 5.0, l2)
+
+    costs = {}
+    in_l1 = k_bytes * nr * path.lanes <= _L1_BUDGET
+    for n in (nr,) if in_l1 else range(nr, 0, -1):  # narrower tiles only to spare L2
+        b_vectors = n * (2 if path.kind == "widen" else 1)
+        tiles = -(-g.ocg // (n * path.lanes))
+        for r in range(1, min(MAX_MR if n < nr else DEFAULT_MR, width) + 1):
+            # (the full width's tallest block that fits is choose_tile's to find)
+            if n < nr and r * n + b_vectors + extra > path.registers - 2:  # 2 for the output stage
+                break
+            full, rest = divmod(width, r)
+            costs[(n, r)] = tiles * (full * block(r, n) + (block(rest, n) if rest else 0.0))
+    best = min(costs.values())
+    n, r = max(key for key, cost in costs.items() if cost <= 1.03 * best)
+    return r, n
 
 
 def _prod(t) -> int:
@@ -549,6 +578,12 @@ class _Convolution(GemmKernels, Primitive):
         per_thread = [[] for _ in range(threads)]
         all_items, keep = [], [offsets]
         for grp, (packed, choice) in enumerate(packs):
+            # A thread with several items (images, output planes) sweeps them once per
+            # chunk of column tiles whose B stays in L2, rather than streaming all of B
+            # from memory again for each image (ResNet-50's 512-channel 3x3 weights are
+            # 2.4 MB).
+            n_chunks = 1 if len(items) <= threads else max(1, -(-packed.data.nbytes // _L2_BUDGET))
+            tile_chunks = split(packed.tiles, min(n_chunks, packed.tiles))
             kernel = self._kernel(choice)
             out = OutputArgs(col_comp=cols[0].view(np.int32)[grp])
             if pd._scale_kind != "none":
@@ -562,14 +597,17 @@ class _Convolution(GemmKernels, Primitive):
                 out.po_zp.append(float(e.zero_point) if isinstance(e, Sum) else 0.0)
             keep.append((packed, out))
             for t, (b, e) in enumerate(split(len(items), threads)):
-                for a_off, c_off, m, outer, row0 in items[b:e]:
-                    s = new_args(packed, k_pos, sw * pixel, OC * dbytes, out, 0, g.ocg, row0, row0 + m)
-                    s.outer, s.a_outer_stride, s.c_outer_stride = outer, sh * Wp * pixel, OW * OC * dbytes
-                    s.pos_off = ffi.cast("int64_t *", pointer_to(offsets))
-                    s.pos_end = s.pos_off + len(offsets)
-                    s.m = m
-                    per_thread[t].append((kernel.function, s))
-                    all_items.append((s, a_off + grp * g.icgp, c_off + grp * g.ocg * dbytes, grp * g.ocg, row0))
+                for t0, t1 in tile_chunks:
+                    c0, c1 = t0 * packed.tile_n, min(g.ocg, t1 * packed.tile_n)
+                    for a_off, c_off, m, outer, row0 in items[b:e]:
+                        s = new_args(packed, k_pos, sw * pixel, OC * dbytes, out, c0, c1, row0, row0 + m)
+                        s.outer, s.a_outer_stride, s.c_outer_stride = outer, sh * Wp * pixel, OW * OC * dbytes
+                        s.pos_off = ffi.cast("int64_t *", pointer_to(offsets))
+                        s.pos_end = s.pos_off + len(offsets)
+                        s.m = m
+                        per_thread[t].append((kernel.function, s))
+                        col0 = grp * g.ocg + c0
+                        all_items.append((s, a_off + grp * g.icgp, c_off + col0 * dbytes, col0, row0))
         plan = {"items": all_items, "threads": per_thread, "keep": keep}
         if len(self._plans) > 8:
             self._plans.clear()

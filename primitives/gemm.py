@@ -54,6 +54,11 @@ class Choice:
     reason: str
 
 
+def tile_vectors(path: Path, n: int) -> int:
+    """Vectors per column tile for ``n`` columns: 4 (AVX-512) or 2 (AVX2), fewer for small n."""
+    return min(_NR[path.bits], -(-n // path.lanes))
+
+
 def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None) -> Choice:
     """The path and tile width a GEMM with logical K x N weights ``b_kn`` takes on ``isa``.
 
@@ -63,7 +68,7 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None)
     """
     fast = fast_path(isa)
     n = b_kn.shape[1] if b_kn is not None else n
-    nr = min(_NR[fast.bits], -(-n // fast.lanes))
+    nr = tile_vectors(fast, n)
     if fast.kind == "vnni":
         return Choice(fast, nr, "VPDPBUSD: exact u8*s8 dot products, no intermediate saturation")
     if policy == "faithful":

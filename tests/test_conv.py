@@ -173,6 +173,39 @@ def test_resnet_3x3_block(isa_path):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_short_rows_and_l2_order(isa_path, chunked, monkeypatch):
+    """Output rows of 5 pixels whose weights tile does not stay in L1 (96 channels x 3x3):
+    conv_tile may trade vectors for rows (up to 9-row blocks); and with ``chunked`` the
+    thread sweeps its two images once per column tile (the L2 order), bit for bit."""
+    import primitives.conv as conv
+
+    if chunked:
+        monkeypatch.setattr(conv, "_L2_BUDGET", 1)  # one chunk per column tile
+    p = dict(sp=2, groups=1, icg=96, ocg=72, ker=(3, 3), dil=(0, 0), pad_l=(1, 1), pad_r=(1, 1), strides=(1, 1),
+             size=(5, 5), n=2, src_dt="s8" if chunked else "u8", dst_dt="s8", zp_src=3, wscale="oc", s_src=0.05, zp_dst=2,
+             bias=True, post=[("sum", 0.5, 1), ("binary", "add", "col"), ("eltwise", "relu", 0.0, 0.0)], layout=0,
+             policy="faithful" if chunked else "exact", packed=True, seed=4)
+    got, want = run_case(p, isa_path)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_conv_tile_model():
+    """The tile model's picks on ResNet-50's 3x3 layers (AVX-512 VNNI): 4 vectors where B
+    stays in L1 or rows are long, 7-row blocks of 2 vectors at 7 pixels with 512 channels."""
+    from primitives.conv import Geometry, conv_tile
+    from primitives.gemm import fast_path
+
+    def tile(c, width, isa="avx512_core_vnni"):
+        g = Geometry(1, 1, c, c, (1, width, width), (1, 3, 3), (1, width, width), (1, 1, 1), (0, 0, 0),
+                     (0, 1, 1), (0, 1, 1))
+        return conv_tile(fast_path(isa), g)
+    assert tile(64, 56) == (6, 4)
+    assert tile(256, 14) == (5, 4)
+    assert tile(512, 7) == (7, 2)
+    assert tile(512, 7, "avx2") == (5, 2)  # 16 registers: GEMM's own tile width
+
+
 def test_source_zero_point_at_borders(isa_path):
     """Source zero point with padding: the window's padded part contributes exactly 0."""
     rng = np.random.default_rng(8)

@@ -91,3 +91,28 @@ def test_tail_blocks_on_request(isa, tails_for, monkeypatch):
     for M in (1, 2, 3, 5, 6, 7, 11, 13):
         _run(isa, "exact", "u8", M, 40, 9, seed=M)
     assert made and all(spec.tails is not None and len(spec.tails) <= len(tails_for) for spec in made)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("mr", [7, 8, 9])
+def test_tall_tiles(isa, mr, monkeypatch):
+    """Blocks of 7-9 rows (a third A/C row base, what a convolution's short output rows
+    ask for with narrower tiles), on tiles of 2 vectors: every M around the block height,
+    both policies,
+    where the path has the registers (otherwise the tallest tile that fits runs)."""
+    import jit.gemm_kernel as gk
+
+    choose = gk.choose_tile
+    made = []
+
+    def tall(path, s8_src, output, nr, mr_=gk.DEFAULT_MR, **kwargs):
+        spec = choose(path, s8_src, output, nr, mr, **kwargs)
+        made.append(spec)
+        return spec
+    monkeypatch.setattr(gk, "choose_tile", tall)
+    for M in (1, mr - 1, mr, mr + 1, 2 * mr + 3):
+        _run(isa, "exact", "u8", M, 30, 21, seed=M)  # N <= 32: 2 vectors a tile, 9 rows fit
+        _run(isa, "faithful", "s8", M, 17, 9, ao=3, bo=-2, seed=M)
+    assert made and all(spec.mr <= mr for spec in made)
+    if isa.startswith("avx512"):
+        assert any(spec.mr == mr for spec in made)
