@@ -12,7 +12,8 @@ rows and column tiles, with the whole loop nest inside the generated code::
             for each group of 4 K values:          B tile in registers, A broadcast
                 acc[i][v] += dot(A[i, k:k+4], B[k:k+4, tile v])
                 (unrolled by ``unroll_k`` groups; with ``prefetch_next`` one line of
-                the next tile's B per group goes to L2, the line rotating per row block)
+                the next tile's B per group goes to L2, the line rotating per row block;
+                with ``prefetch_ahead`` the group's lines that many bytes on go to L1)
             last group when K % 4 != 0:          A read as the row's last dword, shifted
             output stage (jit.output): compensation, scales, bias, post-ops, masked store
 
@@ -70,6 +71,9 @@ class GemmKernelSpec:
     outer: bool = False  # an outer loop over blocks of m rows with their own A/dst strides
     unroll_k: int = 1  # K groups per iteration of the K loop
     prefetch_next: bool = False  # prefetch the next column tile's B into L2 while on this one
+    # Prefetch B this many bytes ahead of the K loop into L1 (0: off): with few rows a
+    # tile's B is read about once, from L3, and the hardware's own prefetch falls behind.
+    prefetch_ahead: int = 0
     # Remainders (m % mr) that get a block of their own; None: all of 1..mr-1. Any other
     # remainder runs one row at a time. A primitive that knows its row counts asks for
     # those alone: the tail blocks are most of the code, and of its generation time.
@@ -218,6 +222,9 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             vload(b, [rbx + u * spec.b_group_bytes + j * vb])
         if next_lines and not tail:  # rbp: tile stride + this row block's line of the group
             asm.PREFETCHT1([rbx + rbp * 1 + u * spec.b_group_bytes])
+        if spec.prefetch_ahead and not tail:  # the lines of the group prefetch_ahead bytes on
+            for line in range(-(-spec.b_group_bytes // 64)):
+                asm.PREFETCHT0([rbx + spec.prefetch_ahead + u * spec.b_group_bytes + 64 * line])
         for i in range(rows):
             if tail:  # the row's last dword, shifted so only the K % 4 valid bytes remain
                 MOV(rbp.as_dword, [a_row(i)])

@@ -321,6 +321,7 @@ class Gemm:
             kspec = plan.kernel.meta["kspec"]
             info["blocking"] = {"threads_used": len(plan.structs), "k_unroll": kspec.unroll_k,
                                 "prefetch_next_tile_b": kspec.prefetch_next,
+                                "prefetch_b_ahead_bytes": kspec.prefetch_ahead,
                                 "s8_a_shifted_once_per_call": self._plan_cache[3] is not None,
                                 "loops": "column tiles > row blocks of mr > K groups of 4"}
         return info

@@ -4,6 +4,8 @@
   partial unrolled iterations, the single-group loop, the tail group).
 * Next-tile B prefetch (8..48 row blocks per thread and several column tiles, so the
   last tile prefetches past the end of packed B, which must not fault or matter).
+* B prefetched ahead of the K loop (fewer than 8 row blocks), past the end on the last tile.
+* Blocks of 7-9 rows (a third row base), every M around the block height.
 * s8 A shifted to u8 once per call (4+ column tiles): rows with gaps (lda > K), a 1-D
   A, transposed A, K < 4, offsets, and the buffer reused across calls.
 """
@@ -64,6 +66,16 @@ def test_s8_shift_once(isa, case):
     args.update(case)
     info = _run(isa, args.pop("policy"), "s8", args.pop("M"), args.pop("N"), args.pop("K"), **args)
     assert info["blocking"]["s8_a_shifted_once_per_call"]
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("M", [1, 5, 13])  # fewer than 8 row blocks: B prefetched ahead
+def test_prefetch_ahead(isa, M):
+    """Prefetching B ahead of the K loop reads past the end of packed B on the last tile's
+    last groups: prefetches never fault, and the result is the same bit for bit."""
+    info = _run(isa, "exact", "u8", M, 70, 301, ao=4, bo=-1)
+    assert info["blocking"]["prefetch_b_ahead_bytes"] > 0 and not info["blocking"]["prefetch_next_tile_b"]
+    _run(isa, "faithful", "s8", M, 33, 7, threads=2)
 
 
 @pytest.mark.parametrize("isa", isa_params())
