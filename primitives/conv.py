@@ -317,10 +317,25 @@ class ConvolutionDesc(PrimitiveDesc):
     def _flat_src(self) -> bool:
         return self._direct_src() and self.geometry.flat
 
+    def _split_columns(self) -> bool:
+        """Threads take column tiles (all output pixels each) rather than pixels (all
+        tiles each): where the weights outweigh the source and there are fewer images
+        than threads. Each thread then streams its part of B only (res5's 2.4 MB 3x3
+        weights: 1.2 MB a core, which stays in L2), and 7 output rows need not split 4 + 3.
+        """
+        g = self.geometry
+        if self.threads == 1 or g.groups > 1 or (not self._flat_src() and g.n * g.out[0] >= self.threads):
+            return False
+        choice = self.fast
+        if -(-g.ocg // (choice.nr * choice.path.lanes)) < self.threads:
+            return False
+        return g.positions * g.k_per_position * g.ocg >= g.n * _prod(g.src) * g.icg
+
     def _kernel_for(self, choice: Choice):
         g = self.geometry
         if self._flat_src():  # one GEMM over all pixels, split between threads (see _plan)
-            mr, rows = DEFAULT_MR, tuple(e - b for b, e in split(g.n * _prod(g.out), self.threads, 8))
+            parts = 1 if self._split_columns() else self.threads
+            mr, rows = DEFAULT_MR, tuple(e - b for b, e in split(g.n * _prod(g.out), parts, 8))
         else:  # each output row is a run of row blocks
             mr, rows = conv_tile(choice.path, g)[0], (g.out[2],)
         return kernel_of(choose_tile(choice.path, self.src_s8, self.output, choice.nr, mr, positions=True,
@@ -560,13 +575,15 @@ class _Convolution(GemmKernels, Primitive):
                             for kd in range(g.ker[0]) for kh in range(g.ker[1])
                             for kw in (range(1) if fold else range(g.ker[2]))], np.int64)
         image = Dp * Hp * Wp * pixel
+        by_columns = pd._split_columns()
+        parts = 1 if by_columns else pd.threads  # how many ways the pixels split
         # Work items: (a offset, dst offset, rows m, outer blocks, first dst row).
         if pd._flat_src():  # one GEMM over every pixel
             total = g.n * OD * OH * OW
             items = [(p0 * pixel, p0 * OC * dbytes, p1 - p0, 1, p0)
-                     for p0, p1 in split(total, pd.threads, 8)]
+                     for p0, p1 in split(total, parts, 8)]
         else:
-            per_image = max(1, pd.threads // max(1, g.n * OD))
+            per_image = max(1, parts // max(1, g.n * OD))
             items = []
             for n in range(g.n):
                 for od in range(OD):
@@ -574,7 +591,7 @@ class _Convolution(GemmKernels, Primitive):
                         row0 = ((n * OD + od) * OH + h0) * OW
                         items.append((n * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
                                       OW, h1 - h0, row0))
-        threads = min(pd.threads, len(items))
+        threads = min(pd.threads, packs[0][0].tiles if by_columns else len(items))
         per_thread = [[] for _ in range(threads)]
         all_items, keep = [], [offsets]
         for grp, (packed, choice) in enumerate(packs):
@@ -583,7 +600,11 @@ class _Convolution(GemmKernels, Primitive):
             # from memory again for each image (ResNet-50's 512-channel 3x3 weights are
             # 2.4 MB).
             n_chunks = 1 if len(items) <= threads else max(1, -(-packed.data.nbytes // _L2_BUDGET))
-            tile_chunks = split(packed.tiles, min(n_chunks, packed.tiles))
+            if by_columns:  # thread t: its tiles, every item
+                work = [(items, [tiles]) for tiles in split(packed.tiles, threads)]
+            else:  # thread t: its items, all tiles (in L2-sized chunks)
+                chunks = split(packed.tiles, min(n_chunks, packed.tiles))
+                work = [(items[b:e], chunks) for b, e in split(len(items), threads)]
             kernel = self._kernel(choice)
             out = OutputArgs(col_comp=cols[0].view(np.int32)[grp])
             if pd._scale_kind != "none":
@@ -596,10 +617,10 @@ class _Convolution(GemmKernels, Primitive):
                 out.po_scale.append(e.scale if isinstance(e, Sum) else 1.0)
                 out.po_zp.append(float(e.zero_point) if isinstance(e, Sum) else 0.0)
             keep.append((packed, out))
-            for t, (b, e) in enumerate(split(len(items), threads)):
+            for t, (its, tile_chunks) in enumerate(work):
                 for t0, t1 in tile_chunks:
                     c0, c1 = t0 * packed.tile_n, min(g.ocg, t1 * packed.tile_n)
-                    for a_off, c_off, m, outer, row0 in items[b:e]:
+                    for a_off, c_off, m, outer, row0 in its:
                         s = new_args(packed, k_pos, sw * pixel, OC * dbytes, out, c0, c1, row0, row0 + m)
                         s.outer, s.a_outer_stride, s.c_outer_stride = outer, sh * Wp * pixel, OW * OC * dbytes
                         s.pos_off = ffi.cast("int64_t *", pointer_to(offsets))

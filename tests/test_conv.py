@@ -190,6 +190,25 @@ def test_short_rows_and_l2_order(isa_path, chunked, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("ker", [1, 3])
+def test_threads_split_columns(isa_path, ker):
+    """Two threads and one image whose weights outweigh it: the threads take column tiles
+    (every pixel each), flat (1x1) and row by row (3x3, 7 output rows), bit for bit."""
+    from primitives.conv import ConvolutionDesc as Desc
+
+    pad = ker // 2
+    p = dict(sp=2, groups=1, icg=64, ocg=100, ker=(ker, ker), dil=(0, 0), pad_l=(pad, pad), pad_r=(pad, pad),
+             strides=(1, 1), size=(7, 7), n=1, src_dt="u8", dst_dt="u8", zp_src=None, wscale="oc", s_src=0.05,
+             zp_dst=None, bias=True, post=[("eltwise", "relu", 0.0, 0.0)], layout=0, policy="exact", packed=True,
+             seed=5)  # odd seed: two threads
+    got, want = run_case(p, isa_path)
+    np.testing.assert_array_equal(got, want)
+    pd = Desc(desc((1, 64, 7, 7), "u8", "nhwc"), desc((100, 64, ker, ker), "s8", "any"),
+              desc((1, 100, 7, 7), "u8", "nhwc"), padding_l=(pad, pad), padding_r=(pad, pad), isa=isa_path,
+              threads=2)
+    assert pd._split_columns()
+
+
 def test_conv_tile_model():
     """The tile model's picks on ResNet-50's 3x3 layers (AVX-512 VNNI): 4 vectors where B
     stays in L1 or rows are long, 7-row blocks of 2 vectors at 7 pixels with 512 channels."""
