@@ -324,6 +324,8 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             SUB(r12, r9)
         MOV(r9, [args + off["k_tail_shift"]])
         k_group(rows, tail=True)
+        if spec.positions:  # the next position's B follows the tail group
+            ADD(rbx, spec.b_group_bytes)
         LABEL(k_done)
         if spec.positions:
             MOV(rbp, [args + off["pos_cur"]])

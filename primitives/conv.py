@@ -48,7 +48,7 @@ from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from primitives.gemm import Choice, decide, tile_vectors
+from primitives.gemm import Choice, decide, fast_path, tile_vectors
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
@@ -92,10 +92,15 @@ class Geometry:
     dil: tuple  # oneDNN's: 0 is dense
     pad_l: tuple
     pad_r: tuple
+    # The source copy keeps icg channels a pixel (not padded to 4): on VNNI paths with one
+    # group and W dense, where a window row's KW * icg bytes form one K run padded to 4 in
+    # B alone (the stem's 3 channels: 7 * 3 = 21 of 24 multiply-adds useful, not 21 of 28).
+    tight: bool = False
 
     @property
     def icgp(self) -> int:
-        return -(-self.icg // 4) * 4
+        """Bytes of one group's channels in a pixel of the source copy."""
+        return self.icg if self.tight else -(-self.icg // 4) * 4
 
     @property
     def positions(self) -> int:
@@ -119,14 +124,30 @@ class Geometry:
     def k_per_position(self) -> int:
         return self.icg if self.direct else self.icgp
 
+    @property
+    def runs(self) -> tuple:
+        """(count, K of each): the kernel's K runs. Dense along W with one group, a window
+        row's KW pixels are KW * pixel consecutive bytes in K's packed order (kw, ic): one
+        run per (kd, kh), so fewer, longer K loops; otherwise one run per position."""
+        if self.dil[2] == 0 and self.groups == 1:
+            return self.ker[0] * self.ker[1], self.ker[2] * self.k_per_position
+        return self.positions, self.k_per_position
+
+    @property
+    def b_rows(self) -> int:
+        """K of the packed weights: each run padded to a multiple of 4."""
+        count, k = self.runs
+        return count * -(-k // 4) * 4
+
 
 @dataclass(frozen=True)
 class ConvWeightsLayout:
     """The packed weights a convolution asks for (a ``packed`` desc's record).
 
-    Per group: B of (positions * icgp) x ocg in the GEMM kernel's packed layout, K ordered
-    (kd, kh, kw, ic) with each position's channels padded to ``icgp``, plus its column
-    sums appended (the compensation oneDNN's reorder appends).
+    Per group: B of ``geometry.b_rows`` x ocg in the GEMM kernel's packed layout, K ordered
+    (kd, kh, kw, ic) with each position's channels padded to ``icgp`` (or, ``tight``, each
+    run of KW positions padded to 4), plus its column sums appended (the compensation
+    oneDNN's reorder appends).
     """
 
     isa: str
@@ -139,8 +160,7 @@ class ConvWeightsLayout:
         choice = self.decide("faithful")
         tile_n = choice.nr * choice.path.lanes
         tiles = -(-g.ocg // tile_n)
-        k = g.positions * g.k_per_position
-        per_group = tiles * tile_n * (-(-k // 4) * 4) * (1 if choice.path.kind == "vnni" else 2) + 4 * tiles * tile_n
+        per_group = tiles * tile_n * g.b_rows * (1 if choice.path.kind == "vnni" else 2) + 4 * tiles * tile_n
         return g.groups * per_group
 
     def b_kn(self, logical: np.ndarray, group: int) -> np.ndarray:
@@ -151,6 +171,10 @@ class ConvWeightsLayout:
         kp = g.k_per_position
         if kp != g.icg:
             w = np.concatenate([w, np.zeros(w.shape[:-1] + (kp - g.icg,), np.int8)], axis=-1)
+        count, k = g.runs
+        w = w.reshape(g.ocg, count, k)
+        if k % 4:  # (tight) each run's K padded to 4 with zero weights
+            w = np.concatenate([w, np.zeros((g.ocg, count, -k % 4), np.int8)], axis=-1)
         return np.ascontiguousarray(w.reshape(g.ocg, -1).T)
 
     def decide(self, policy: str, b_kn: np.ndarray | None = None) -> Choice:
@@ -280,6 +304,10 @@ class ConvolutionDesc(PrimitiveDesc):
                                  pad3(strides, 1), pad3(dilation, 0), pad3(padding_l, 0), pad3(padding_r, 0))
         self.strides, self.padding_l, self.padding_r, self.dilation = strides, padding_l, padding_r, dilation
         self.isa = isa_mod.effective_isa(None if self.isa is None else isa_mod.check_name(self.isa, "isa"))
+        g = self.geometry
+        if fast_path(self.isa).kind == "vnni" and G == 1 and g.dil[2] == 0 and icg % 4 and g.ker[2] * icg >= 4:
+            # (VNNI only: the saturating paths' pairs follow the padded layout's K order)
+            self.geometry = replace(g, tight=True)
         attr = self.attr
         if attr.policy not in POLICIES:
             raise ValueError(f"attr policy: expected one of {', '.join(POLICIES)}, got {attr.policy!r}")
@@ -375,7 +403,7 @@ def conv_tile(path: Path, g: Geometry) -> tuple:
     width, nr = g.out[2], tile_vectors(path, g.ocg)
     if g.flat:
         return DEFAULT_MR, nr
-    k_bytes = g.positions * g.k_per_position * (2 if path.kind == "widen" else 1)
+    k_bytes = g.b_rows * (2 if path.kind == "widen" else 1)
     extra = 2 + (2 if path.kind in ("maddubsw", "widen") else 0)  # A broadcast, xor 0x80, helpers
 
     def block(r: int, n: int) -> float:
@@ -566,11 +594,8 @@ class _Convolution(GemmKernels, Primitive):
         sd, sh, sw = g.stride
         tmp_end = _align(pd._pad_bytes) + _align(pd._dst_tmp_bytes)
         cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(4, G, pd._ocgp)
-        # Dense along W with one group, a window row's KW pixels are KW * pixel consecutive
-        # bytes in K's packed order (kw, ic): one position per (kd, kh) with a KW times
-        # longer K, so fewer, longer K loops.
-        fold = g.dil[2] == 0 and G == 1
-        k_pos = g.k_per_position * (g.ker[2] if fold else 1)
+        fold = g.runs[0] < g.positions  # a run per (kd, kh), kw inside it (Geometry.runs)
+        k_pos = g.runs[1]
         offsets = np.array([((kd * (g.dil[0] + 1) * Hp + kh * (g.dil[1] + 1)) * Wp + kw * (g.dil[2] + 1)) * pixel
                             for kd in range(g.ker[0]) for kh in range(g.ker[1])
                             for kw in (range(1) if fold else range(g.ker[2]))], np.int64)
