@@ -209,6 +209,22 @@ def test_threads_split_columns(isa_path, ker):
     assert pd._split_columns()
 
 
+@pytest.mark.parametrize("icg", [3, 5])
+def test_stem_channels_unpadded(isa_path, icg):
+    """A stem-like layer (7x7/2, pad 3, 3 or 5 channels): on VNNI paths the source copy
+    keeps its channels unpadded and each window row is one K run of 21 or 35 bytes (a
+    K tail per run), bit for bit, with a source zero point at the borders."""
+    p = dict(sp=2, groups=1, icg=icg, ocg=20, ker=(7, 7), dil=(0, 0), pad_l=(3, 3), pad_r=(3, 2), strides=(2, 2),
+             size=(11, 12), n=2, src_dt="u8", dst_dt="s32", zp_src=9, wscale=None, s_src=None, zp_dst=None,
+             bias=False, post=[], layout=icg % 2, policy="exact", packed=icg == 3, seed=6)
+    got, want = run_case(p, isa_path)
+    np.testing.assert_array_equal(got, want)
+    pd = ConvolutionDesc(desc((1, icg, 11, 12), "u8", "nhwc"), desc((20, icg, 7, 7), "s8", "any"),
+                         desc((1, 20, 6, 6), "s32", "nhwc"), strides=(2, 2), padding_l=(3, 3), padding_r=(3, 2),
+                         isa=isa_path)
+    assert pd.geometry.tight == isa_path.endswith("vnni")
+
+
 def test_conv_tile_model():
     """The tile model's picks on ResNet-50's 3x3 layers (AVX-512 VNNI): 4 vectors where B
     stays in L1 or rows are long, 7-row blocks of 2 vectors at 7 pixels with 512 channels."""
