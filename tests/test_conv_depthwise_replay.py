@@ -197,3 +197,4 @@ def test_replay_per_thread():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
