@@ -77,7 +77,11 @@ _from_buffer = ffi.from_buffer
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 _NHWC = "acdb"
-_MIN_MACS_PER_THREAD = 1 << 18  # below this many multiply-adds a second thread costs more than it gives
+# Below this many multiply-adds per thread a second thread costs more than it gives: the
+# hand-off (a futex wake each way) takes 10-25 us on this project's shared 2-core VM, and
+# 576@14, 384@14, 192@28 and 144@56/2 at batch 1 (0.7-1.4M) measured 1.3-3x slower on two
+# threads than on one (it was 1 << 18).
+_MIN_MACS_PER_THREAD = 1 << 20
 _INPUT, _OUTPUT, _VALUES = "input", "output", "values"  # roles of execute() arguments (see _fast_checks)
 _VERBOSE_KEY = verbose.ENV.encode()
 
@@ -832,12 +836,13 @@ class DepthwiseConv(Primitive):
             s.src0, s.dst0 = src_ptr, dst_ptr
             params.function(s)
             return True
-        binaries = [(i, kind, pointer_to(a[post_op_src1(i)])) for i, kind in self.pd._binary]
-        C = self.pd.geo.c
-        for s, (_, src_off, dst_off, pix0) in zip(structs, self._chunks):
+        # Binary operands: their base, every chunk; the output stage adds the pixel's index,
+        # which counts from the chunk's pix0 already (an offset here counted it twice).
+        binaries = [(i, pointer_to(a[post_op_src1(i)])) for i, _ in self.pd._binary]
+        for s, (_, src_off, dst_off, _pix0) in zip(structs, self._chunks):
             s.src0, s.dst0 = src_ptr + src_off, dst_ptr + dst_off
-            for i, kind, base in binaries:
-                s.po_src[i] = base + {"common": 0, "col": 0, "row": 4 * pix0, "full": 4 * pix0 * C}[kind]
+            for i, base in binaries:
+                s.po_src[i] = base
         run_chunks(params.function, structs)
         return True
 

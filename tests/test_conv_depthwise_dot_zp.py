@@ -20,7 +20,11 @@ from primitives.memory import desc
     dict(C=96, H=2, W=17, k=(1, 7), s=(1, 2), d=(0, 0), pl=(0, 3), pr=(0, 3)),
 ])
 @pytest.mark.parametrize("zp", [1, 255, -7, 40000, 2**31 - 1, -2**31])
-def test_dot_zero_point_compensation(isa_path, geo, zp):
+def test_dot_zero_point_compensation(isa_path, geo, zp, monkeypatch):
+    from primitives import conv_depthwise, primitive_cache
+
+    monkeypatch.setattr(conv_depthwise, "_MIN_MACS_PER_THREAD", 1)  # two chunks (images or rows)
+    primitive_cache.clear()
     rng = np.random.default_rng(abs(zp) % 1000 + geo["C"])
     C, H, W, (KH, KW) = geo["C"], geo["H"], geo["W"], geo["k"]
     oh = (H + geo["pl"][0] + geo["pr"][0] - ((KH - 1) * (geo["d"][0] + 1) + 1)) // geo["s"][0] + 1
@@ -34,6 +38,8 @@ def test_dot_zero_point_compensation(isa_path, geo, zp):
                            padding_r=geo["pr"], dilation=geo["d"], attr=Attr(zero_points={"src": 0}), isa=isa_path,
                            threads=2)
     p = pd.create()
+    primitive_cache.clear()
+    assert len(p._chunks) == 2
     if isa_path == "avx512_core_vnni":
         assert p.pd.kernel_spec("s16").comp and p.pd.kernel_spec("s32").comp
     want = depthwise_ref(x, w, zp_src=zp, strides=geo["s"], padding_l=geo["pl"], padding_r=geo["pr"],

@@ -70,7 +70,14 @@ def _refuse_setup(p, m):
 @pytest.mark.parametrize("threads,packed,binary,zp,stride", [(1, True, False, 0, 1), (2, True, True, 0, 2),
                                                              (1, False, False, 9, 1), (2, False, True, 300, 1)])
 def test_replay_follows_in_place_changes(threads, packed, binary, zp, stride, monkeypatch):
-    p, args, w = _layer(threads=threads, packed=packed, binary=binary, zp=zp, stride=stride)
+    from primitives import conv_depthwise, primitive_cache
+
+    with monkeypatch.context() as m:  # small layers take one thread: split this one anyway
+        m.setattr(conv_depthwise, "_MIN_MACS_PER_THREAD", 1)
+        primitive_cache.clear()
+        p, args, w = _layer(threads=threads, packed=packed, binary=binary, zp=zp, stride=stride)
+        primitive_cache.clear()
+    assert len(p._chunks) == threads
     p.execute(args)
     np.testing.assert_array_equal(args["dst"], _model(args, w, stride))
     assert p._local.again is not None
@@ -198,3 +205,23 @@ def test_replay_per_thread():
         t.join()
     assert not errors, errors[0]
 
+
+
+@pytest.mark.parametrize("profile", ["resblock_s8", "u8_fused", "float_out", "mobilenet_u8"])
+def test_two_chunks_every_profile(isa_path, profile, monkeypatch):
+    """Two thread chunks (split forced on a small layer): binary operands (common, per
+    channel, per pixel, full), sum, zero points, on every ISA path, equal to the model.
+    (The per-pixel and full operands were offset by the chunk's first pixel twice before.)"""
+    from tests import test_conv_depthwise as base
+
+    from primitives import conv_depthwise, primitive_cache
+
+    monkeypatch.setattr(conv_depthwise, "_MIN_MACS_PER_THREAD", 1)
+    primitive_cache.clear()
+    try:
+        for n, stride in ((2, (1, 1)), (1, (2, 1))):
+            p = dict(base.BASE, profile=profile, N=n, threads=2, C=37, strides=stride)
+            dst, want, _ = base.run_case(p, isa_path)
+            np.testing.assert_array_equal(base._bits(dst), base._bits(want))
+    finally:
+        primitive_cache.clear()
