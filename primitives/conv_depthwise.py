@@ -38,8 +38,8 @@ output pipeline is the shared one (``jit.output``), channels as its columns.
   argument structs, so a call sets the src and dst pointers and calls the kernel. A call
   with the very objects of this thread's previous call (dense arrays of the same shape,
   dtype and small arguments' bytes, dst still writable, the same packed weights) replays
-  it: one generated comparison, then the kernel call (about 1.5-2 us of Python where the
-  generic checks took 4-8 us).
+  it: one generated comparison, then the kernel call (3.7 us of Python where the checks
+  took 8.5 us, both measured on the loaded project VM).
 
 Example::
 
