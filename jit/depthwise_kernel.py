@@ -21,12 +21,21 @@ Arithmetic, per source vector of channels (s32 lanes). Widening blocks (every IS
         s32 route:  (``zp="s32"``, larger zero points) w sign-extended (VPSLLD/VPSRAD 16),
                     VPMULLD t, x, w; VPADDD acc, acc, t: exact modulo 2^32.
 
-Dot blocks (``spec.dot``: avx512_core_vnni, u8 source, no zero point) skip the widening,
-a port-5 shuffle per source vector that competes with the output stage for that port:
+Dot blocks (``spec.dot``: avx512_core_vnni, u8 source) skip the widening, a port-5
+shuffle per source vector that competes with the output stage for that port (and, with a
+zero point, the VPSUBD after it):
 
+    acc = comp[row class][column class]                 with a zero point (``spec.comp``), else 0
     x = VBROADCASTI32X4 (16 src bytes)                 every 128-bit lane: the 16 channels
     acc += VPDPBUSD(x, w)                               w dword i: one nonzero byte, at i // 4
     (output) VPERMD acc, DOT_UNPERMUTE, acc             lane i held channel DOT_LANES[i]
+
+``comp`` (built by the driver, in the dot lane order) is ``-zp * (sum of the weights of the
+pixel's valid taps)``, wrapped to int32: a pixel's valid taps are a rectangle, its kh range
+from the row (a class per distinct range, offset in the row table) and its kw range from
+the column (``ccol[ow]``; every pixel of an interior block has the full range), so
+``sum (x - zp) * w = sum x * w + comp`` modulo 2^32 for every zero point. The channel tail
+is widened and subtracts the zero point as the widening blocks do.
 
 Dword lane i = 4b + q of x holds channels 4q..4q+3; its weight byte b selects channel
 4q + b, so each lane adds exactly one u8 * s8 product (no intermediate to saturate).
@@ -105,7 +114,7 @@ struct i8j_dw_args {
     void *src0;           /* image of the chunk's first row */
     void *dst0;           /* dst pixel (n, oh, 0), channel 0, of the chunk's first row */
     void *wei;            /* packed weights [tap][C_pad] s32 lanes */
-    void *htab;           /* per oh: {src_off, w_off, kh count} int64; src_off includes -pad_l*C */
+    void *htab;           /* per oh: {src_off, w_off, kh count, comp_off} int64; src_off includes -pad_l*C */
     void *btab;           /* per block of a row: {column mask, pixels} int64 */
     int64_t rows0;        /* output rows of the chunk */
     int64_t oh0;          /* oh of the chunk's first row */
@@ -124,6 +133,8 @@ struct i8j_dw_args {
     int64_t row_dst;      /* OW*C*sizeof(dst) */
     int64_t ow_lo; int64_t ow_hi;  /* interior blocks start at ow in [ow_lo, ow_hi) */
     int32_t zp; int32_t pad0;
+    void *comp;           /* dot kernels with compensation: [row class][col class][C_pad] int32, dot lane order */
+    void *ccol;           /* per ow (whole blocks): byte offset of its column class in a comp row class */
     void *src;            /* kernel state: image of the current row */
     void *dst;            /* kernel state: dst pixel (n, oh, 0) of the current row */
     int64_t rows;         /* kernel state: rows left */
@@ -131,13 +142,15 @@ struct i8j_dw_args {
     int64_t pix;          /* kernel state: index of pixel (n, oh, 0) */
     void *wrow;           /* kernel state: weights of the row's first valid kh */
     int64_t khn;          /* kernel state: valid kh of the row */
+    void *crow;           /* kernel state: comp of the row's class */
     %s                    /* the output stage's (jit.output) */
 };
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_dw_args *)"
 FIELDS = ("src0", "dst0", "wei", "htab", "btab", "rows0", "oh0", "pix0", "OH", "OW", "img_bytes", "C", "C3",
           "full_bytes", "tail", "tail_mask", "src_px", "src_dh", "w_tap", "w_tap3", "w_kh", "dst_px",
-          "row_dst", "ow_lo", "ow_hi", "zp", "src", "dst", "rows", "oh", "pix", "wrow", "khn") + OUTPUT_FIELDS
+          "row_dst", "ow_lo", "ow_hi", "zp", "comp", "ccol", "src", "dst", "rows", "oh", "pix", "wrow", "khn",
+          "crow") + OUTPUT_FIELDS
 ZP_ROUTES = ("none", "s16", "s32")
 MAX_PIXELS = 9  # three dst bases of three pixels each in the output stage
 MAX_COLUMNS = 64  # distinct source columns of a block: one bit each in a 64-bit mask
@@ -200,9 +213,9 @@ class DwKernelSpec:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         if self.kw > MAX_COLUMNS:
             raise ValueError(f"kw: at most {MAX_COLUMNS} taps along W, got {self.kw}")
-        if self.dot and not (self.isa == "avx512_core_vnni" and self.src_dt == "u8" and self.zp == "none"):
-            raise ValueError("dot: the broadcast VPDPBUSD blocks take a u8 source without zero point on "
-                             f"avx512_core_vnni, not {self.src_dt} (zero point route {self.zp}) on {self.isa}")
+        if self.dot and not (self.isa == "avx512_core_vnni" and self.src_dt == "u8"):
+            raise ValueError("dot: the broadcast VPDPBUSD blocks take a u8 source on avx512_core_vnni, not "
+                             f"{self.src_dt} on {self.isa}")
         if self.vectors == 0:
             object.__setattr__(self, "vectors", 2 if self.path.bits == 512 and self.vnni else 1)
         if self.vectors not in range(1, MAX_VECTORS + 1):
@@ -241,6 +254,13 @@ class DwKernelSpec:
         return self.path.kind == "vnni"
 
     @property
+    def comp(self) -> bool:
+        """Dot blocks with a source zero point: their accumulators start from the
+        compensation ``-zp * (sum of the pixel's valid taps' weights)`` (the ``comp``
+        table), since VPDPBUSD takes the source whole (no zero point subtracted)."""
+        return self.dot and self.zp != "none"
+
+    @property
     def temporaries(self) -> int:
         """Vector registers of the accumulation besides accumulators and weights."""
         product = 0 if self.vnni and self.zp != "s32" else 1
@@ -258,7 +278,7 @@ class DwKernelSpec:
     @property
     def name(self) -> str:
         return (f"dw_{self.src_dt}s8{self.output.dst_dt}_zp{self.zp}_{self.isa}_p{self.pixels}v{self.vectors}"
-                f"_kw{self.kw}s{self.sw}d{self.dw}{'_dot' if self.dot else ''}")
+                f"_kw{self.kw}s{self.sw}d{self.dw}{'_dot' if self.dot else ''}{'c' if self.comp else ''}")
 
 
 def args_offsets() -> dict[str, int]:
@@ -347,10 +367,10 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
             self.nv, self.group = nv, spec.group(nv)
             self.acc = [[V(p * nv + v) for v in range(nv)] for p in range(P)]
             self.w = [[V(nv * P + k * nv + v) for v in range(nv)] for k in range(self.group)]
-            spare = [V(nv * (P + self.group) + i) for i in range(spec.temporaries)]
-            self.x = spare[0]
-            self.prod = spare[1] if not (spec.vnni and spec.zp != "s32") else None
-            self.zpv = spare[-1] if spec.zp != "none" else None
+            spare = iter([V(nv * (P + self.group) + i) for i in range(spec.temporaries)])
+            self.x = next(spare)
+            self.prod = next(spare) if not (spec.vnni and spec.zp != "s32") else None
+            self.zpv = next(spare) if spec.zp != "none" else None
             # kw taps in groups of at most `group` (one group unless KW is large)
             self.groups = [list(range(k, min(spec.kw, k + self.group))) for k in range(0, spec.kw, self.group)]
 
@@ -422,12 +442,25 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         ADD(rax, r12)                      # src: kh row, block's column 0, channel
         MOV(rdx, A("wrow"))
         ADD(rdx, r14)                      # weights: the row's first valid kh, kw 0, channel
-        for row in r.acc:
-            for a in row:
-                vxor(a, a, a)
+        if kind.what == "dot" and spec.comp:
+            # accumulators start from the pixel's compensation: comp row class (crow) + its
+            # column class (ccol[ow]; one class for every pixel of an interior block)
+            MOV(r9, A("crow"))
+            ADD(r9, r14)
+            MOV(r10, A("ccol"))
+            for p, row in enumerate(r.acc):
+                if p == 0 or checked:
+                    MOV(r11, [r10 + rsi * 8 + 8 * p])
+                    ADD(r11, r9)
+                for v, a in enumerate(row):
+                    asm.VMOVDQU32(a, [r11 + v * vb])
+        else:
+            for row in r.acc:
+                for a in row:
+                    vxor(a, a, a)
         if not kind.whole:
             vxor(r.x, r.x, r.x)            # piece loads fill the low bytes only
-        if r.zpv is not None:
+        if r.zpv is not None and kind.what != "dot":
             asm.VPBROADCASTD(r.zpv, asm.dword[A("zp")[0]])
         if checked:
             MOV(r15, [rbp])
@@ -448,7 +481,7 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
                 for v in range(r.nv):
                     w = r.w[k - taps[0]][v]
                     (asm.VMOVDQU32 if wide else asm.VMOVDQU)(w, [address + v * vb])
-                    if spec.zp == "s32":
+                    if spec.zp == "s32" and kind.what != "dot":
                         asm.VPSLLD(w, w, 16)
                         asm.VPSRAD(w, w, 16)
             src = _Stepper(rax, rcx, r9, r10)
@@ -583,15 +616,19 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
     row_loop, same_image = Label(), Label()
     LABEL(row_loop)
     MOV(rax, A("oh"))
-    LEA(rax, [rax + rax * 2])
+    SHL(rax, 5)                            # 32-byte htab rows
     MOV(rcx, A("htab"))
     MOV(r12, A("src"))
-    ADD(r12, [rcx + rax * 8])
+    ADD(r12, [rcx + rax * 1])
     MOV(rdx, A("wei"))
-    ADD(rdx, [rcx + rax * 8 + 8])
+    ADD(rdx, [rcx + rax * 1 + 8])
     MOV(A("wrow"), rdx)
-    MOV(rdx, [rcx + rax * 8 + 16])
+    MOV(rdx, [rcx + rax * 1 + 16])
     MOV(A("khn"), rdx)
+    if spec.comp:
+        MOV(rdx, A("comp"))
+        ADD(rdx, [rcx + rax * 1 + 24])
+        MOV(A("crow"), rdx)
 
     # Full vectors: blocks outermost, channels inside, so a block's source pixels are read
     # whole (all their channels) while in L1, and the weights of every channel stay there.

@@ -1,0 +1,227 @@
+"""Repeated depthwise executions: the replay of the last call (DepthwiseConv.execute's
+first route) must give what the full path gives, and must not be taken when anything it
+set up from changed (arrays, their shapes, dtypes or writability, the values of scales,
+zero points, bias and plain weights, a re-packed weights Memory, the verbose setting)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primitives.attr import Attr, PostOps
+from primitives.conv_depthwise import DepthwiseConvDesc, depthwise_ref
+from primitives.memory import Memory, desc
+from primitives.reorder import reorder_desc
+
+
+def _layer(c=37, hw=9, stride=1, threads=1, packed=True, binary=False, zp=0, isa=None):
+    """A MobileNet-like layer (u8 src, per-channel scales, bias, relu, dst scale) and its args."""
+    rng = np.random.default_rng(c * 7 + hw + stride)
+    po = PostOps().eltwise("relu")
+    oh = (hw + 2 - 3) // stride + 1
+    n = 2
+    if binary:
+        po = po.binary("add", desc((n, 1, oh, oh), "f32", "abcd"))
+    zps = {"src": 0} if zp else {}
+    attr = Attr(scales={"src": 0, "weights": 1, "dst": 0}, zero_points=zps).set_post_ops(po)
+    pd = DepthwiseConvDesc(desc((n, c, hw, hw), "u8", "nhwc"), desc((c, 1, 1, 3, 3), "s8", "any" if packed else
+                                                                   "goihw"),
+                           desc((n, c, oh, oh), "u8", "nhwc"), desc((c,), "f32", "a"), strides=(stride, stride),
+                           padding_l=(1, 1), padding_r=(1, 1), attr=attr, isa=isa, threads=threads)
+    w = rng.integers(-128, 128, (c, 1, 1, 3, 3)).astype(np.int8)
+    if packed:
+        wmem = Memory(pd.weights_desc())
+        reorder_desc(desc(w.shape, "s8", "goihw"), pd.weights_desc()).create().execute({"src": w, "dst": wmem})
+    else:
+        wmem = w
+    args = {"src": rng.integers(0, 256, (n, hw, hw, c)).astype(np.uint8), "weights": wmem,
+            "bias": rng.normal(0, 30, c).astype(np.float32), "dst": np.zeros((n, oh, oh, c), np.uint8),
+            "scales:src": np.float32([0.5]), "scales:weights": rng.uniform(0.001, 0.02, c).astype(np.float32),
+            "scales:dst": np.float32([0.75])}
+    if binary:
+        args["post_op:1:src_1"] = rng.normal(0, 5, (n, 1, oh, oh)).astype(np.float32)
+    if zp:
+        args["zero_points:src"] = np.int32([zp])
+    return pd.create(), args, w
+
+
+def _model(args, w, stride=1):
+    ss, ws, ds = args["scales:src"][0], args["scales:weights"], args["scales:dst"][0]
+    zp = int(args["zero_points:src"][0]) if "zero_points:src" in args else 0
+    post = [("eltwise", "relu", 0.0, 0.0)]
+    if "post_op:1:src_1" in args:
+        post.append(("binary", "add", args["post_op:1:src_1"].reshape(-1, 1)))
+    return depthwise_ref(args["src"], w, zp_src=zp, strides=(stride, stride), padding_l=(1, 1), padding_r=(1, 1),
+                         dst_dt="u8", scale=np.float32(ss) * ws, bias=args["bias"], post_ops=post, dst_scale=ds)
+
+
+def _fresh(p, args) -> np.ndarray:
+    """The full path's result: copies of every argument (no replay can match them)."""
+    copy = {k: (v if isinstance(v, Memory) else v.copy()) for k, v in args.items()}
+    p.execute(copy)
+    return copy["dst"]
+
+
+def _refuse_setup(p, m):
+    def refuse(*_a, **_k):
+        raise AssertionError("the full path ran: the replay was not taken")
+    m.setattr(p, "_run", refuse)
+
+
+@pytest.mark.parametrize("threads,packed,binary,zp,stride", [(1, True, False, 0, 1), (2, True, True, 0, 2),
+                                                             (1, False, False, 9, 1), (2, False, True, 300, 1)])
+def test_replay_follows_in_place_changes(threads, packed, binary, zp, stride, monkeypatch):
+    from primitives import conv_depthwise, primitive_cache
+
+    with monkeypatch.context() as m:  # small layers take one thread: split this one anyway
+        m.setattr(conv_depthwise, "_MIN_MACS_PER_THREAD", 1)
+        primitive_cache.clear()
+        p, args, w = _layer(threads=threads, packed=packed, binary=binary, zp=zp, stride=stride)
+        primitive_cache.clear()
+    assert len(p._chunks) == threads
+    p.execute(args)
+    np.testing.assert_array_equal(args["dst"], _model(args, w, stride))
+    assert p._local.again is not None
+    rng = np.random.default_rng(5)
+    args["src"][...] = rng.integers(0, 256, args["src"].shape)
+    if binary:
+        args["post_op:1:src_1"][...] = rng.normal(0, 5, args["post_op:1:src_1"].shape)
+    first = args["dst"].copy()
+    with monkeypatch.context() as m:
+        _refuse_setup(p, m)
+        p.execute(args)  # new source values, same arrays: the replay, nothing else
+        p.execute(dict(args))  # another dict holding the same objects: the replay too
+    assert not np.array_equal(args["dst"], first)
+    np.testing.assert_array_equal(args["dst"], _model(args, w, stride))
+    np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+    # Values the set-up read changed in place: set up again, and the new values count.
+    changes = [("bias", 40.0), ("scales:weights", 0.5), ("scales:dst", 0.5), ("scales:src", 0.25)]
+    if zp:
+        changes.append(("zero_points:src", 7))
+    for name, change in changes:
+        p.execute(args)
+        before = args["dst"].copy()
+        args[name] += (args[name] * change).astype(args[name].dtype) if name.startswith("scales") else change
+        p.execute(args)
+        np.testing.assert_array_equal(args["dst"], _model(args, w, stride), err_msg=name)
+        assert not np.array_equal(args["dst"], before), name
+    if not packed:  # plain weights are packed from their bytes: changed in place, packed again
+        p.execute(args)
+        args["weights"][:5] = -args["weights"][:5] // 2
+        p.execute(args)
+        np.testing.assert_array_equal(args["dst"], _model(args, args["weights"], stride))
+
+
+def test_replay_not_taken_when_arrays_change():
+    p, args, w = _layer()
+    p.execute(args)
+    # Another dst array of the same shape: the full path, and its own result.
+    other = dict(args, dst=np.zeros_like(args["dst"]))
+    p.execute(other)
+    np.testing.assert_array_equal(other["dst"], args["dst"])
+    p.execute(args)  # back to the first dst: it is written again
+    args["dst"][...] = 0
+    p.execute(args)
+    np.testing.assert_array_equal(args["dst"], other["dst"])
+    # A dst (or src) reshaped, retyped or made read-only in place is checked again, and refused.
+    n, h, wd, c = args["dst"].shape
+    args["dst"].shape = (n * h, 1, wd, c)
+    with pytest.raises(ValueError, match="dst"):
+        p.execute(args)
+    args["dst"].shape = (n, h, wd, c)
+    p.execute(args)
+    args["dst"].flags.writeable = False
+    with pytest.raises(ValueError, match="dst"):
+        p.execute(args)
+    args["dst"].flags.writeable = True
+    p.execute(args)
+    args["src"].dtype = np.int8
+    with pytest.raises(TypeError, match="src"):
+        p.execute(args)
+    args["src"].dtype = np.uint8
+    p.execute(args)
+    args["bias"].shape = (1, c)
+    with pytest.raises(ValueError, match="bias"):
+        p.execute(args)
+    args["bias"].shape = (c,)
+    # A missing or extra argument: named, as on the first call.
+    p.execute(args)
+    with pytest.raises(ValueError, match="bias"):
+        p.execute({k: v for k, v in args.items() if k != "bias"})
+    p.execute(args)
+    with pytest.raises(ValueError, match="unexpected"):
+        p.execute(dict(args, extra=args["bias"]))
+    # Weights re-packed into the same Memory by another reorder: the new weights count.
+    p.execute(args)
+    before = args["dst"].copy()
+    wmem = args["weights"]
+    ones = np.ones(w.shape, np.int8)
+    reorder_desc(desc(w.shape, "s8", "goihw"), wmem.desc).create().execute({"src": ones, "dst": wmem})
+    p.execute(args)
+    assert not np.array_equal(args["dst"], before)
+    np.testing.assert_array_equal(args["dst"], _model(args, ones))
+    # src and dst overlapping is refused before the replay could start.
+    p.execute(args)
+    bad = dict(args, dst=args["src"][:, : args["dst"].shape[1], : args["dst"].shape[2]])
+    with pytest.raises(ValueError):
+        p.execute(bad)
+
+
+def test_replay_prints_verbose_lines_when_asked(monkeypatch, capsys):
+    p, args, _ = _layer()
+    p.execute(args)
+    p.execute(args)
+    assert "int8jit_verbose" not in capsys.readouterr().err
+    monkeypatch.setenv("INT8JIT_VERBOSE", "exec")
+    p.execute(args)
+    assert "int8jit_verbose,exec" in capsys.readouterr().err
+    monkeypatch.delenv("INT8JIT_VERBOSE")
+    p.execute(args)
+    p.execute(args)
+    assert "int8jit_verbose" not in capsys.readouterr().err
+
+
+def test_replay_per_thread():
+    """Two threads calling one primitive with their own arrays: each its own replay and structs."""
+    import threading
+
+    p, args, w = _layer(c=48, hw=12)
+    other = {k: (v if isinstance(v, Memory) else v.copy()) for k, v in args.items()}
+    other["src"][...] = 255 - other["src"]
+    errors = []
+
+    def work(a):
+        try:
+            for _ in range(50):
+                a["dst"][...] = 0
+                p.execute(a)
+                np.testing.assert_array_equal(a["dst"], _model(a, w))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in (args, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+
+@pytest.mark.parametrize("profile", ["resblock_s8", "u8_fused", "float_out", "mobilenet_u8"])
+def test_two_chunks_every_profile(isa_path, profile, monkeypatch):
+    """Two thread chunks (split forced on a small layer): binary operands (common, per
+    channel, per pixel, full), sum, zero points, on every ISA path, equal to the model.
+    (The per-pixel and full operands were offset by the chunk's first pixel twice before.)"""
+    from tests import test_conv_depthwise as base
+
+    from primitives import conv_depthwise, primitive_cache
+
+    monkeypatch.setattr(conv_depthwise, "_MIN_MACS_PER_THREAD", 1)
+    primitive_cache.clear()
+    try:
+        for n, stride in ((2, (1, 1)), (1, (2, 1))):
+            p = dict(base.BASE, profile=profile, N=n, threads=2, C=37, strides=stride)
+            dst, want, _ = base.run_case(p, isa_path)
+            np.testing.assert_array_equal(base._bits(dst), base._bits(want))
+    finally:
+        primitive_cache.clear()
