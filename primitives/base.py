@@ -396,47 +396,83 @@ class Replay:
     copied into the scratchpad). Anything else takes the full path.
     """
 
-    __slots__ = ("run", "by_value", "_record", "_count")
+    __slots__ = ("run", "by_value", "_record", "_matches")
 
     def __init__(self, run, by_value: tuple[str, ...] = ()) -> None:
         self.run = run
         self.by_value = by_value
         self._record: tuple = ()
-        self._count = -1
+        self._matches = None
 
     def record(self, args: dict, mem: dict, spec: "_ArgSpec") -> bool:
         """Remember ``args`` (``mem``: what ``_execute`` got) as the call this replay repeats;
         False if they cannot be told apart cheaply."""
-        rows = []
+        by_value = set(self.by_value) | set(spec.quant)
         for name, value in args.items():
             array = value.array if type(value) is Memory else value
+            if name not in by_value and name in mem and mem[name].array is not array:
+                return False  # execute() copied it: the set-up points at the copy
+        return self.remember(args, by_value, spec.outputs)
+
+    def remember(self, args: dict, by_value, outputs) -> bool:
+        """Remember ``args`` as they are: identities, shapes and dtypes; the bytes of the
+        names in ``by_value``; ``outputs`` must stay writable. False if one is no ndarray
+        (or Memory of one)."""
+        layout, record = [], []
+        for name, value in args.items():
+            memory = type(value) is Memory
+            array = value.array if memory else value
             if type(array) is not np.ndarray:
                 return False
-            by_value = name in self.by_value or name in spec.quant
-            if not by_value and name in mem and mem[name].array is not array:
-                return False  # execute() copied it: the set-up points at the copy
-            payload = value.payload if type(value) is Memory else None
-            rows.append((name, value, array, payload, array.shape, array.dtype,
-                         array.tobytes() if by_value else None, name in spec.outputs))
-        self._record, self._count = tuple(rows), len(rows)
+            layout.append((name, memory, name in by_value, name in outputs))
+            record += (value, array, value.payload) if memory else (value,)
+            record += (array.shape, array.dtype)
+            if name in by_value:
+                record.append(array.tobytes())
+        self._record, self._matches = tuple(record), _matcher(tuple(layout))
         return True
 
     def matches(self, args: dict) -> bool:
-        if len(args) != self._count:
-            return False
-        get = args.get
-        for name, value, array, payload, shape, dtype, content, output in self._record:
-            if get(name) is not value:
-                return False
-            if type(value) is Memory and (value.array is not array or value.payload is not payload):
-                return False  # re-pointed, or re-packed by another reorder
-            if array.shape != shape or array.dtype != dtype:  # both can be set in place
-                return False
-            if content is not None and array.tobytes() != content:
-                return False
-            if output and not array.flags.writeable:
-                return False
-        return True
+        """``args`` holds the recorded objects, unchanged (see the class docstring)."""
+        return self._matches is not None and self._matches(args, self._record)
+
+
+_MATCHERS: dict = {}  # layout -> generated matches(args, record)
+
+
+def _matcher(layout: tuple):
+    """``matches(args, record)`` for one argument layout ((name, memory, by value, output)
+    per argument), generated once as one straight expression: a loop over a table of the
+    same checks costs about twice as much, and on a small layer the test is most of the
+    call's Python. dtypes compare by identity (an unchanged array returns its own), so a
+    dtype set in place to an equal one only takes the full path."""
+    matches = _MATCHERS.get(layout)
+    if matches is not None:
+        return matches
+    names, tests, contents = [], [], []
+    for i, (name, memory, by_value, output) in enumerate(layout):
+        o, a = f"o{i}", f"a{i}" if memory else f"o{i}"
+        names += [o, a, f"p{i}"] if memory else [o]
+        names += [f"s{i}", f"t{i}"]
+        tests.append(f"get({name!r}) is not {o}")
+        if memory:  # re-pointed, or re-packed by another reorder
+            tests.append(f"{o}.array is not {a} or {o}.payload is not p{i}")
+        tests.append(f"{a}.shape != s{i} or {a}.dtype is not t{i}")
+        if output:
+            tests.append(f"not {a}.flags.writeable")
+        if by_value:
+            names.append(f"b{i}")
+            contents.append(f"{a}.tobytes() != b{i}")
+    source = (f"def matches(args, record):\n"
+              f"    if len(args) != {len(layout)}:\n"
+              f"        return False\n"
+              f"    {', '.join(names)}, = record\n"
+              f"    get = args.get\n"
+              f"    return not ({' or '.join(tests + contents)})\n")
+    namespace: dict = {}
+    exec(compile(source, "<int8jit replay matcher>", "exec"), namespace)  # noqa: S102 - our own text
+    matches = _MATCHERS[layout] = namespace["matches"]
+    return matches
 
 
 class _ArgSpec:

@@ -55,8 +55,8 @@ Example::
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -65,7 +65,7 @@ from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS,
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
-from primitives.base import Primitive, PrimitiveDesc
+from primitives.base import Primitive, PrimitiveDesc, Replay
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
 from primitives.reference import dst_scale_inverse, output_pipeline, wrap_int32
 from runtime import isa as isa_mod
@@ -83,16 +83,6 @@ _NHWC = "acdb"
 # threads than on one (it was 1 << 18).
 _MIN_MACS_PER_THREAD = 1 << 20
 _INPUT, _OUTPUT, _VALUES = "input", "output", "values"  # roles of execute() arguments (see _fast_checks)
-_VERBOSE_KEY = verbose.ENV.encode()
-
-
-def _quiet() -> bool:
-    """No verbose exec lines wanted: ``verbose.enabled("exec")`` answered in one dict
-    lookup while ``INT8JIT_VERBOSE`` is unset (the replay's test, every call)."""
-    data = getattr(os.environ, "_data", None)  # os.environ's own mapping (bytes keys on POSIX)
-    if type(data) is dict and _VERBOSE_KEY not in data:
-        return True
-    return not verbose.enabled("exec")
 
 
 def _ints(name: str, value, minimum: int) -> tuple[int, int]:
@@ -455,49 +445,6 @@ def _block_table(g: _Geometry, pixels: int) -> tuple[np.ndarray, int, int]:
     return table.view(np.int64), ow_lo, ow_hi
 
 
-_REPLAYERS: dict = {}  # (layout, single chunk) -> replay function; shared by primitives of one structure
-
-
-def _replayer(layout: tuple, single: bool):
-    """``replay(args, record) -> bool`` for a primitive whose arguments are ``layout``
-    ((name, kind) in execute order; kind "array": compared by identity, shape and dtype;
-    "values": also by bytes; "packed": a packed Memory, by identity and payload). True
-    after running the kernel, where every argument is the recorded one, unchanged (dst
-    still writable); False, having run nothing, otherwise. Generated once per structure
-    as one straight test (an unrolled comparison costs about half a loop over a table:
-    about 1 us of a 576-channel 14x14 layer's 9 us here)."""
-    key = (layout, single)
-    replay = _REPLAYERS.get(key)
-    if replay is not None:
-        return replay
-    fields, tests, contents = [], [], []
-    for i, (name, kind) in enumerate(layout):
-        if kind == "packed":
-            fields += [f"o{i}", f"p{i}"]
-            tests.append(f"get({name!r}) is not o{i} or o{i}.payload is not p{i}")
-            continue
-        fields += [f"o{i}", f"s{i}", f"t{i}"]
-        tests.append(f"get({name!r}) is not o{i} or o{i}.shape != s{i} or o{i}.dtype is not t{i}")
-        if kind == "values":
-            fields.append(f"b{i}")
-            contents.append(f"o{i}.tobytes() != b{i}")
-        if name == DST:
-            tests.append(f"not o{i}.flags.writeable")
-    source = (f"def replay(args, record):\n"
-              f"    if len(args) != {len(layout)}:\n"
-              f"        return False\n"
-              f"    {', '.join(fields)}, function, structs = record\n"
-              f"    get = args.get\n"
-              f"    if {' or '.join(tests + contents)}:\n"
-              f"        return False\n"
-              f"    {'function(structs)' if single else 'run_chunks(function, structs)'}\n"
-              f"    return True\n")
-    namespace = {"run_chunks": run_chunks}
-    exec(compile(source, "<depthwise replay>", "exec"), namespace)  # noqa: S102 - our own text, no input
-    replay = _REPLAYERS[key] = namespace["replay"]
-    return replay
-
-
 @dataclass(frozen=True)
 class _Params:
     """What a call's argument values make of the per-call fields: built when those values
@@ -584,11 +531,10 @@ class DepthwiseConv(Primitive):
             self._chunks.append((bytes(ffi.buffer(s)), n0 * g.ih * g.iw * g.c, begin * g.ow * g.c * dst_bytes,
                                  begin * g.ow))
 
-        # The replay of a repeated call (see execute): what it compares, and how.
-        self._replay_layout = tuple(
-            (name, "packed" if packed is not None else "values" if role is _VALUES or name == WEIGHTS else "array")
-            for name, _, _, role, packed in self._checks)
-        self._replay = _replayer(self._replay_layout, len(self._chunks) == 1)
+        # What a replay of a repeated call compares by value (see execute): the small
+        # arguments copied into vectors, and plain weights (packed here from their bytes).
+        self._by_value = frozenset(name for name, _, _, role, packed in self._checks
+                                   if packed is None and (role is _VALUES or name == WEIGHTS))
 
     def impl_info(self) -> dict:
         return self.pd.impl_info()
@@ -603,17 +549,19 @@ class DepthwiseConv(Primitive):
     def execute(self, args) -> None:
         """Run the convolution on ``args``.
 
-        Three routes, cheapest first: the same objects as this thread's last call (the
-        replay, :meth:`_again`: identity, shape, dtype, the small arguments' bytes, then the
-        kernel call alone); dense ndarrays (and the packed weights Memory) of exactly the
-        descriptor's shapes, checked here in fewer steps than :meth:`Primitive.execute`;
-        anything else, user scratchpads, or verbose mode, through :meth:`Primitive.execute`.
+        Three routes, cheapest first: the same objects as this thread's last call (a
+        :class:`~primitives.base.Replay`: identity, shape, dtype, the small arguments'
+        bytes, then the kernel call alone); dense ndarrays (and the packed weights Memory)
+        of exactly the descriptor's shapes, checked here in fewer steps than
+        :meth:`Primitive.execute`; anything else, user scratchpads, or verbose mode,
+        through :meth:`Primitive.execute`.
         """
         local = self._local
-        again = getattr(local, "again", None)
-        if again is not None and type(args) is dict and _quiet() and self._replay(args, again):
+        replay = getattr(local, "replay", None)
+        if replay is not None and type(args) is dict and not verbose.enabled("exec") and replay.matches(args):
+            replay.run()
             return
-        local.again = None
+        local.replay = None
         checks = self._checks
         if type(args) is dict and len(args) == len(checks) and not self._user and not verbose.enabled("exec"):
             key = []  # the bytes of the scales, zero points and bias, in _param_names order
@@ -632,27 +580,20 @@ class DepthwiseConv(Primitive):
                     break
             else:
                 if self._run(args, None, tuple(key)):
-                    local.again = self._again(args)
+                    self._remember_run(args)
                     return
         super().execute(args)
 
-    def _again(self, args: dict) -> tuple:
-        """This (fast-path) call's record for :attr:`_replay` (see :func:`_replayer`): the
-        objects, shapes, dtypes and small arguments' bytes it ran with, the kernel and this
-        thread's structs, which ``_run`` just pointed at these arrays and at the vectors
-        made of these values (``local.held`` keeps those alive)."""
-        record = []
-        for name, kind in self._replay_layout:
-            value = args[name]
-            if kind == "packed":
-                record += (value, value.payload)
-            else:
-                record += (value, value.shape, value.dtype)
-                if kind == "values":
-                    record.append(value.tobytes())
-        structs = self._local.structs
-        record += (self._local.held[0].function, structs[0] if len(structs) == 1 else structs)
-        return tuple(record)
+    def _remember_run(self, args: dict) -> None:
+        """The replay of this fast-path call: the kernel on this thread's structs, which
+        ``_run`` just pointed at these arrays and at the vectors made of these values
+        (``local.held`` keeps those alive)."""
+        local = self._local
+        function, structs = local.held[0].function, local.structs
+        run = partial(function, structs[0]) if len(structs) == 1 else partial(run_chunks, function, structs)
+        replay = Replay(run)
+        if replay.remember(args, self._by_value, (DST,)):
+            local.replay = replay
 
     def _fast_checks(self) -> tuple:
         """(name, physical shape, dtype, role, packed desc or None) of every argument the fast

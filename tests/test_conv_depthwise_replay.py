@@ -80,7 +80,7 @@ def test_replay_follows_in_place_changes(threads, packed, binary, zp, stride, mo
     assert len(p._chunks) == threads
     p.execute(args)
     np.testing.assert_array_equal(args["dst"], _model(args, w, stride))
-    assert p._local.again is not None
+    assert p._local.replay is not None
     rng = np.random.default_rng(5)
     args["src"][...] = rng.integers(0, 256, args["src"].shape)
     if binary:
