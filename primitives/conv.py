@@ -55,7 +55,8 @@ from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
 from primitives.reference import dst_scale_inverse
 from runtime import isa as isa_mod
 from runtime.ffi import ffi, pointer_to
-from runtime.threads import resolve_threads, run_chunks, split
+from runtime.pool import CallPlan
+from runtime.threads import resolve_threads, split
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 POLICIES = ("exact", "faithful", "halve_weights")
@@ -564,7 +565,7 @@ class _Convolution(GemmKernels, Primitive):
                 s.po_src[i] = pointer_to(arr) + {"common": 0, "col": 4 * col0,
                                                  "full": 4 * (row0 * OC + col0)}[kind]
                 s.po_ld[i] = 4 * OC
-        threads = plan["threads"]
+        calls = plan["calls"]
         dst_logical = dst.logical() if c_nhwc is not None else None
 
         def run() -> None:  # what every call does: the source's and dst's copies, the kernels
@@ -572,7 +573,7 @@ class _Convolution(GemmKernels, Primitive):
                 copy_source()
             if c_nhwc is not None and reads_dst:  # the sum reads the old dst
                 c_nhwc[...] = np.moveaxis(dst_logical, 1, -1)
-            run_chunks(_call_all, threads)
+            calls.run()
             if c_nhwc is not None:
                 dst_logical[...] = np.moveaxis(c_nhwc, -1, 1)
         run()
@@ -654,7 +655,7 @@ class _Convolution(GemmKernels, Primitive):
                         per_thread[t].append((kernel.function, s))
                         col0 = grp * g.ocg + c0
                         all_items.append((s, a_off + grp * g.icgp, c_off + col0 * dbytes, col0, row0))
-        plan = {"items": all_items, "threads": per_thread, "keep": keep}
+        plan = {"items": all_items, "calls": CallPlan(per_thread), "keep": keep}
         if len(self._plans) > 8:
             self._plans.clear()
         self._plans[key] = plan
@@ -690,7 +691,3 @@ def _source_copy(interior: np.ndarray, x: np.ndarray, a: np.ndarray, g: Geometry
         np.bitwise_or(words_in & keep, fill, out=words_out)
     return copy_words
 
-
-def _call_all(calls) -> None:
-    for function, s in calls:
-        function(s)

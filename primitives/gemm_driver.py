@@ -17,7 +17,8 @@ import numpy as np
 from jit.gemm_kernel import ARGS_CDEF, SIGNATURE
 from jit.output import MAX_POST_OPS
 from runtime.ffi import declare, ffi, pointer_to
-from runtime.threads import run_chunks, split
+from runtime.pool import CallPlan
+from runtime.threads import split
 
 declare(ARGS_CDEF, (SIGNATURE,))
 SMALL_WORK = 1 << 20  # below this many multiply-adds one thread is faster than two
@@ -58,6 +59,7 @@ class Plan:
     offsets: list  # per struct: (A byte offset, dst byte offset)
     chunks: list  # per struct: (first column, first row)
     keep: tuple  # arrays the structs point into
+    calls: CallPlan  # one kernel call per struct, a thread each
 
 
 def _offset(operand: Operand, c0: int, r0: int) -> int:
@@ -159,7 +161,7 @@ def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, 
         offsets.append((r0 * lda, r0 * ldc_bytes + c0 * dst_bytes))
         firsts.append((c0, r0))
     keep = (packed, out)  # the structs hold raw addresses into these
-    return Plan(kernel, structs, offsets, firsts, keep)
+    return Plan(kernel, structs, offsets, firsts, keep, CallPlan([[(kernel.function, s)] for s in structs]))
 
 
 def run(plan: Plan, a: np.ndarray, dst: np.ndarray, a_offset: int = 0, dst_offset: int = 0) -> None:
@@ -168,7 +170,7 @@ def run(plan: Plan, a: np.ndarray, dst: np.ndarray, a_offset: int = 0, dst_offse
     for s, (a_off, c_off) in zip(plan.structs, plan.offsets):
         s.a = a_ptr + a_off
         s.c = c_ptr + c_off
-    run_chunks(plan.kernel.function, plan.structs)
+    plan.calls.run()
 
 
 def refresh(written: dict, name: str, key, write) -> None:

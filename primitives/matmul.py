@@ -46,7 +46,7 @@ from primitives.reference import dst_scale_inverse
 from primitives import verbose
 from runtime import isa as isa_mod
 from runtime.ffi import pointer_to
-from runtime.threads import resolve_threads, run_chunks
+from runtime.threads import resolve_threads
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 _ONE = np.ones(1, np.float32)
@@ -366,13 +366,12 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if kept and len(runs) == 1 and mem[WEIGHTS].desc.is_packed \
                 and all(np.may_share_memory(src1, user) for src1, user in keep):
             (plan, a4, a), = runs
-            function, structs = plan.kernel.function, plan.structs
             if a4 is None:
-                return Replay(lambda: run_chunks(function, structs), by_value=(BIAS,))
+                return Replay(plan.calls.run, by_value=(BIAS,))
 
             def padded() -> None:
                 a4[:, :K] = a.view(np.uint8)
-                run_chunks(function, structs)
+                plan.calls.run()
             return Replay(padded, by_value=(BIAS,))
         return None
 

@@ -1,0 +1,138 @@
+"""Parallel kernel calls without Python on the workers: a team of threads parked in
+machine code (``jit.pool_kernel``).
+
+A :class:`CallPlan` holds, per thread, a list of ``fn(arg)`` kernel calls (built once
+per primitive plan). ``plan.run()`` is one cffi call: it posts each worker its list,
+runs the first list on the calling thread and waits for the others, GIL released
+throughout. Workers poll for about 0.1 ms after a job (so a network's next layer finds
+them awake) and then sleep in ``futex`` until the next post.
+
+Callers on several Python threads at once get separate teams. Example::
+
+    >>> from runtime.pool import CallPlan
+    >>> CallPlan([[], []]).run()    # two threads, nothing to call
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from jit import pool_kernel as pk
+from runtime.ffi import declare, ffi
+from runtime.kernel import Kernel
+
+declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE))
+# INT8JIT_SPIN_POOL=0: run the lists on runtime.threads' parked Python workers instead
+# (a lock hand-off each way; no polling, for machines with more threads than cores).
+ENABLED = os.environ.get("INT8JIT_SPIN_POOL", "1").strip() != "0"
+WORKER_SPINS = 2000  # PAUSEs a worker polls after a job before sleeping (~0.1 ms on Intel)
+JOIN_SPINS = 2000  # PAUSEs the caller polls for a worker before sleeping
+
+_lock = threading.Lock()
+_kernels: tuple | None = None  # (worker loop, fork_join): mapped once, never unmapped
+_free: dict[int, list] = {}  # team size -> free teams
+
+
+def _load() -> tuple:
+    global _kernels
+    with _lock:
+        if _kernels is None:
+            from jit import cache
+
+            for field, offset in (("state", pk.STATE), ("parked", pk.PARKED), ("waiting", pk.WAITING),
+                                  ("calls", pk.CALLS), ("ncalls", pk.NCALLS), ("spins", pk.SPINS)):
+                assert ffi.offsetof("struct i8j_slot", field) == offset, field
+            # A copy of the cached code of our own: jit.cache.clear_memory() unmaps the
+            # cache's kernels, and a worker never leaves this code.
+            own = []
+            for name, generate in (("worker", pk.generate_worker), ("fork_join", pk.generate_fork_join)):
+                cached = cache.get_kernel(("pool", name), generate)
+                own.append(Kernel(cached.name, cached.code(), signature=cached.signature, isa=cached.isa))
+            _kernels = tuple(own)
+    return _kernels
+
+
+class _Team:
+    """``size`` worker threads, each looping in the machine code on its own slot."""
+
+    def __init__(self, size: int):
+        worker, _ = _load()
+        self.slots = [ffi.new("struct i8j_slot *") for _ in range(size)]
+        self.pointers = ffi.new("struct i8j_slot *[]", self.slots)
+        for slot in self.slots:
+            slot.spins = WORKER_SPINS
+            threading.Thread(target=worker.function, args=(slot,), name="int8jit-pool", daemon=True).start()
+
+
+def _take(size: int) -> _Team:
+    with _lock:
+        teams = _free.get(size)
+        if teams:
+            return teams.pop()
+    return _Team(size)
+
+
+def _give(size: int, team: _Team) -> None:
+    with _lock:
+        _free.setdefault(size, []).append(team)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def _forget_after_fork() -> None:  # a child process has none of the parent's threads
+    global _lock
+    _lock = threading.Lock()
+    _free.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+class CallPlan:
+    """Per thread, a list of ``(fn, arg)``: cffi kernel function pointers taking one
+    pointer argument, and that argument (kept alive by the plan)."""
+
+    def __init__(self, per_thread: list):
+        per_thread = [list(calls) for calls in per_thread] or [[]]
+        self.threads = len(per_thread)
+        self._keep = per_thread
+        self._lists = []
+        self.jobs = ffi.new("struct i8j_job[]", self.threads)
+        for i, calls in enumerate(per_thread):
+            array = ffi.new("struct i8j_call[]", max(1, len(calls)))
+            for j, (fn, arg) in enumerate(calls):
+                array[j].fn = ffi.cast("void (*)(void *)", fn)
+                array[j].arg = ffi.cast("void *", arg)
+            self._lists.append(array)
+            self.jobs[i].calls = array
+            self.jobs[i].ncalls = len(calls)
+        self._single = per_thread[0]
+
+    def run(self) -> None:
+        """Every list's calls, the first on this thread; returns when all are done."""
+        if self.threads == 1:
+            for fn, arg in self._single:
+                fn(arg)
+            return
+        if not ENABLED or self.threads > _cores():  # polling threads would wait for each other's core
+            from runtime.threads import run_chunks
+
+            run_chunks(_call_list, self._keep)
+            return
+        fork_join = (_kernels or _load())[1].function
+        size = self.threads - 1
+        team = _take(size)
+        try:
+            fork_join(team.pointers, self.jobs, self.threads, JOIN_SPINS)
+        finally:
+            _give(size, team)
+
+
+def _call_list(calls) -> None:
+    for fn, arg in calls:
+        fn(arg)
