@@ -70,6 +70,7 @@ from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_de
 from primitives.reference import dst_scale_inverse, output_pipeline, wrap_int32
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
+from runtime.pool import CallPlan
 from runtime.threads import resolve_threads, run_chunks, split
 
 declare(ARGS_CDEF)
@@ -590,7 +591,7 @@ class DepthwiseConv(Primitive):
         (``local.held`` keeps those alive)."""
         local = self._local
         function, structs = local.held[0].function, local.structs
-        run = partial(function, structs[0]) if len(structs) == 1 else partial(run_chunks, function, structs)
+        run = partial(function, structs[0]) if len(structs) == 1 else CallPlan([[(function, s)] for s in structs]).run
         replay = Replay(run)
         if replay.remember(args, self._by_value, (DST,)):
             local.replay = replay
