@@ -398,7 +398,7 @@ def conv_tile(path: Path, g: Geometry) -> tuple:
     nr vectors of B / 32 bytes when the tile's B does not stay in L1) cycles; the
     cheapest (rows, vectors) within 3% of the best wins, wider first, then taller.
     Measured here (one thread): 7x7 rows with 512 channels, 7x2 or 7x3 rather than 4+3
-    rows of 4x4, +7-8% (B streams from L2 at each block); 14 wide: 5+5+4 rows of 4x4;
+    rows of 4x4, +4-9% (B streams from L2 at each block); 14 wide: 5+5+4 rows of 4x4;
     56: 6 x 9 + 2.
     """
     width, nr = g.out[2], tile_vectors(path, g.ocg)
