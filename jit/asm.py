@@ -205,6 +205,66 @@ def _speed_up_check_operand() -> None:
 _speed_up_check_operand()
 
 
+def _speed_up_addresses() -> None:
+    """Build ``register + displacement`` and ``register * scale`` addresses without
+    PeachPy's per-call imports and duplicate objects.
+
+    ``rdi + 8`` makes ``MemoryAddress(rdi)`` and then, in ``MemoryAddress.__add__``, a second
+    one with the displacement, each ``__init__`` running two ``import`` statements and an
+    ``isinstance`` ladder: ~1,200 addresses per GEMM kernel. The replacements build the
+    address PeachPy's code builds for the common cases (a 64-bit base register, an int in
+    the signed 32-bit range, a scale of 1, 2, 4 or 8, registers that PeachPy accepts as
+    index) and call PeachPy's own code for everything else, errors included.
+    """
+    from peachpy.x86_64 import operand, registers
+
+    address, gpr64 = operand.MemoryAddress, registers.GeneralPurposeRegister64
+    if getattr(address.__init__, "_int8jit_mended", False):
+        return
+    for cls, names in ((address, ("__init__", "__add__")), (gpr64, ("__add__", "__mul__"))):
+        for name in names:
+            if name not in vars(cls):
+                raise ImportError(f"PeachPy's {cls.__qualname__}.{name} is not where jit.asm's fast addresses expect it")
+    init, add, reg_add, reg_mul = address.__init__, address.__add__, gpr64.__add__, gpr64.__mul__
+    index_types = frozenset((gpr64, registers.XMMRegister, registers.YMMRegister, registers.ZMMRegister))
+    low, high = -2**31, 2**31 - 1
+
+    def address_init(self, base=None, index=None, scale=None, displacement=0):
+        if type(displacement) is int and low <= displacement <= high and (base is None or type(base) is gpr64):
+            if index is None and scale is None and base is not None:
+                self.base, self.index, self.scale, self.displacement = base, None, None, displacement
+                return
+            if type(index) in index_types and type(scale) is int and scale in (1, 2, 4, 8):
+                self.base, self.index, self.scale, self.displacement = base, index, scale, displacement
+                return
+        init(self, base, index, scale, displacement)
+
+    def address_add(self, addend):
+        if type(addend) is int and low <= addend <= high:
+            return address(self.base, self.index, self.scale, self.displacement + addend)
+        return add(self, addend)
+
+    def register_add(self, offset):
+        if type(offset) is int and low <= offset <= high:
+            return address(self, None, None, offset)
+        if type(offset) is address and offset.base is None:  # rbx + rbp * 2 (+ 64)
+            return address(self, offset.index, offset.scale, offset.displacement)
+        return reg_add(self, offset)
+
+    def register_mul(self, scale):
+        if type(scale) is int and scale in (1, 2, 4, 8):
+            return address(index=self, scale=scale)
+        return reg_mul(self, scale)
+
+    for function in (address_init, address_add, register_add, register_mul):
+        function._int8jit_mended = True
+    address.__init__, address.__add__ = address_init, address_add
+    gpr64.__add__, gpr64.__mul__ = register_add, register_mul
+
+
+_speed_up_addresses()
+
+
 class Label(Label):  # noqa: F405 - PeachPy's, from the star import above
     """PeachPy's ``Label``, pre-named from the caller's line without ``inspect.stack()``.
 
@@ -233,3 +293,161 @@ def _assigned_name(frame, constructor: str) -> str | None:
     # The shape of inspect.stack()'s entries: (frame, file, line number, function, context lines, index)
     caller = (frame, code.co_filename, frame.f_lineno, code.co_name, [line] if line else None, 0)
     return parse_assigned_variable_name([None, caller], constructor)
+
+
+# -- instruction sharing ---------------------------------------------------------------------
+# A kernel repeats most of its instructions (the same K-loop step and output-stage lines in
+# every block of rows): a 6x4 VNNI GEMM kernel emits ~900 ordinary instructions of which
+# ~390 differ. Built through PeachPy each costs ~20 us of operand checks and encoder set-up.
+_OPTION_TYPES = frozenset((bool, int, str, type(None)))
+_SHARED_LIMIT = 1 << 15  # distinct instructions kept (a few MB); the table restarts when full
+_shared: dict = {}
+
+
+def _share_instructions() -> None:
+    """Make this namespace's ordinary instruction classes hand back one object per distinct
+    instruction while a :class:`jit.backend.KernelFunction` is being emitted (see
+    :func:`_make_shared`). The classes stay PeachPy's (``asm.MOV is
+    peachpy.x86_64.MOV``); only their ``__new__`` and ``__init__`` gain the sharing.
+    Labels, branches and the ABI pseudo-instructions are left alone: the back end gives
+    each of those per-place state (label addresses, branch sizes, the SSE/AVX state,
+    lowering)."""
+    from peachpy.x86_64 import pseudo
+    from peachpy.x86_64.generic import RET
+    from peachpy.x86_64.instructions import BranchInstruction, Instruction
+
+    classes = {value for value in globals().values()
+               if isinstance(value, type) and issubclass(value, Instruction) and not issubclass(value, BranchInstruction)
+               and value.__module__ != pseudo.__name__ and value is not RET}
+    for cls in classes:
+        if "__new__" in vars(cls) and not getattr(cls.__new__, "_int8jit_mended", False):
+            raise ImportError(f"PeachPy's {cls.__name__} defines __new__: jit.asm cannot share its instructions")
+    for cls in classes:
+        if cls not in _SHARED_CLASSES:
+            _make_shared(cls)
+            _SHARED_CLASSES.add(cls)
+
+
+_SHARED_CLASSES: set = set()
+
+
+def _make_shared(cls) -> None:
+    """``cls(*args)`` inside a :class:`jit.backend.KernelFunction` returns the object built
+    before for an equal instruction (same class, operands, keyword options and listing
+    indentation: :func:`_operand_key`), added to the function again; else it builds one.
+
+    PeachPy never changes an ordinary instruction after building it except to store its
+    bytes, which for these instructions (physical registers, no constant, label or local
+    variable: those have no key) do not depend on where the instruction sits, so one
+    object serves every place it appears; ``jit.backend`` then scans, encodes and prints
+    it once. Outside a kernel function (PeachPy's own ``Function``, which the reference
+    pipeline uses, PeachPy's lowering streams, or no function), with PeachPy's debug
+    information on, without operands (``copy`` and ``pickle`` call ``cls.__new__(cls)``)
+    or with an operand or option that has no key, ``cls(*args, **kwargs)`` is what it
+    always was. ``__new__`` finds the shared object or marks a new one with its key;
+    ``__init__`` runs PeachPy's constructor for a new one (which adds it to the function)
+    and records it, or adds a shared one to the function.
+    """
+    import peachpy.stream as stream
+    from jit.backend import KernelFunction
+
+    original_init = cls.__init__
+
+    def __new__(klass, *args, **kwargs):
+        function = stream.active_stream
+        if klass is not cls or not args or type(function) is not KernelFunction or function.debug_level:
+            return object.__new__(klass)
+        key = [cls, function._indent_level]
+        for arg in args:
+            part = _operand_key(arg)
+            if part is None:
+                return object.__new__(klass)
+            key.append(part)
+        if kwargs:  # options such as jit.vnni's vex=: plain values only (not origin/prototype)
+            for value in kwargs.values():
+                if type(value) not in _OPTION_TYPES:
+                    return object.__new__(klass)
+            key.append(tuple(sorted(kwargs.items())))
+        key = tuple(key)
+        instruction = _shared.get(key)
+        if instruction is None:
+            instruction = object.__new__(klass)
+            instruction._int8jit_key = key
+        return instruction
+
+    def __init__(self, *args, **kwargs):
+        state = self.__dict__
+        if "_int8jit_shared" in state:  # handed back by __new__: built before
+            stream.active_stream.add_shared(self)
+            return
+        key = state.pop("_int8jit_key", None)
+        original_init(self, *args, **kwargs)  # PeachPy adds it to the active function
+        if key is not None:
+            if len(_shared) >= _SHARED_LIMIT:
+                _shared.clear()
+            _shared[key] = self
+            self._int8jit_shared = True
+            stream.active_stream._checked.add(id(self))
+
+    __new__._int8jit_mended = __init__._int8jit_mended = True
+    __init__.__doc__ = original_init.__doc__
+    cls.__new__, cls.__init__ = __new__, __init__
+
+
+def _operand_key(value):
+    """What an instruction's constructor reads of an operand as given (register kinds and
+    numbers, address parts, size, mask, broadcast, immediate), or None for operands that
+    are not shared (virtual registers, labels, constants, local variables, anything else)."""
+    kind = type(value)
+    if kind in _REGISTER_TYPES:
+        return (kind, value.mask, value.physical_id) if value.virtual_id is None else None
+    if kind is int:
+        return (int, value)
+    if kind is list:
+        return _address_key(value[0], list) if len(value) == 1 else None
+    if kind is _MemoryOperand:
+        if value.symbol is not None:
+            return None
+        address = _address_key(value.address, kind)
+        mask = value.mask
+        if mask is not None:
+            if type(mask) is not _RegisterMask:
+                return None
+            register = _register_key(mask.mask_register)
+            if register is None:
+                return None
+            mask = (register, mask.is_zeroing)
+        return address and (address, value.size, mask, value.broadcast)
+    if kind is _MaskedRegister:
+        register, mask = _register_key(value.register), value.mask
+        if register is None or type(mask) is not _RegisterMask:
+            return None
+        mask_register = _register_key(mask.mask_register)
+        return mask_register and (kind, register, mask_register, mask.is_zeroing)
+    return None
+
+
+def _register_key(register):
+    if type(register) in _REGISTER_TYPES and register.virtual_id is None:
+        return (type(register), register.mask, register.physical_id)
+    return None
+
+
+def _address_key(address, tag):
+    kind = type(address)
+    if kind is _MemoryAddress:
+        base, index = address.base, address.index
+        base_key = None if base is None else _register_key(base)
+        index_key = None if index is None else _register_key(index)
+        if base is not None and base_key is None or index is not None and index_key is None:
+            return None
+        return (tag, base_key, index_key, address.scale, address.displacement)
+    register = _register_key(address)
+    return register and (tag, register)
+
+
+from peachpy.x86_64.operand import MemoryAddress as _MemoryAddress, MemoryOperand as _MemoryOperand  # noqa: E402
+from peachpy.x86_64.registers import MaskedRegister as _MaskedRegister, RegisterMask as _RegisterMask  # noqa: E402
+
+_REGISTER_TYPES = frozenset(_with_subclasses((_registers.Register,)))
+_share_instructions()

@@ -29,6 +29,7 @@ check that both produce the same bytes (tests/test_build_speed.py).
 from __future__ import annotations
 
 import bisect
+import copy
 import os
 from dataclasses import dataclass
 
@@ -66,7 +67,22 @@ if _missing:
 
 class KernelFunction(_function.Function):
     """PeachPy's ``Function`` with an ``add_instruction`` that finds an instruction's constant
-    without ``Instruction.constant`` (a generator and two imports per instruction)."""
+    without ``Instruction.constant`` (a generator and two imports per instruction), and
+    :meth:`add_shared` for the instructions ``jit.asm`` shares between places."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._checked: set[int] = set()  # ids of shared instructions add_instruction accepted
+
+    def add_shared(self, instruction) -> None:
+        """Add an instruction ``jit.asm`` shares: through :meth:`add_instruction` the first
+        time in this function, appended after that (its target checks passed, its
+        indentation is part of its sharing key and it has no label or constant)."""
+        if id(instruction) in self._checked:
+            self._instructions.append(instruction)
+        else:
+            self.add_instruction(instruction)
+            self._checked.add(id(instruction))
 
     def add_instruction(self, instruction) -> None:
         # The steps of PeachPy's add_instruction, in its order and with its errors.
@@ -102,6 +118,7 @@ def assemble(function: _function.Function, abi=system_v_x86_64_abi) -> Assembled
     it: the lean path where :func:`_scan` lets it, else PeachPy's."""
     written = _scan(function, abi)
     if written is None:
+        _unshare(function._instructions)
         return assemble_reference(function, abi)
     function.detach()
     function._add_default_labels()
@@ -125,6 +142,15 @@ def assemble_reference(function: _function.Function, abi=system_v_x86_64_abi) ->
     )
 
 
+def _unshare(instructions: list) -> None:
+    """Give each place its own copy of the instructions ``jit.asm`` shares between places
+    (``_int8jit_shared``): PeachPy's pipeline records per-place state (liveness) on them."""
+    for i, instruction in enumerate(instructions):
+        if getattr(instruction, "_int8jit_shared", False):
+            instructions[i] = copy.deepcopy(instruction)
+            del instructions[i]._int8jit_shared
+
+
 # -- which functions qualify ---------------------------------------------------------------
 def _scan(function: _function.Function, abi) -> set[int] | None:
     """Physical ids of the general-purpose registers the code writes, or None when the
@@ -137,7 +163,11 @@ def _scan(function: _function.Function, abi) -> set[int] | None:
     if len(arguments) > _MAX_REGISTER_ARGUMENTS or not all(a.is_integer or a.is_pointer for a in arguments):
         return None
     written: set[int] = set()
+    seen: set[int] = set()  # instructions jit.asm shares appear many times; one look each
     for instruction in function._instructions:
+        if id(instruction) in seen:
+            continue
+        seen.add(id(instruction))
         if instruction.avx_mode is False:
             return None
         if type(instruction).__module__ == _PSEUDO_MODULE and not _plain_pseudo(instruction):
@@ -365,11 +395,20 @@ def _encode_once(instructions: list, kinds: list) -> list:
     """
     keys = []
     done: dict[tuple, bytes] = {}
+    shared: dict[int, tuple] = {}  # id -> key of the instructions jit.asm shares: encoded once
     for ins, kind in zip(instructions, kinds):
+        if kind is None and id(ins) in shared:
+            keys.append(shared[id(ins)])
+            continue
         key = None if kind is not None else _encoding_key(ins)
         keys.append(key)
         if kind is not None:
             continue
+        if key is not None and getattr(ins, "_int8jit_shared", False):
+            shared[id(ins)] = key
+            if ins.bytecode is not None:  # encoded for an earlier kernel: it sits anywhere
+                done.setdefault(key, bytes(ins.bytecode))
+                continue
         if key is None:
             ins.bytecode = ins.encode()
             continue
@@ -529,7 +568,16 @@ def _listing(instructions: list, keys: list) -> str:
     """
     lines = []
     done: dict[tuple, str] = {}
+    shared: dict[int, str] = {}  # an instruction jit.asm shares prints the same line at every place
     for number, (ins, key) in enumerate(zip(instructions, keys), start=1):
+        line = shared.get(id(ins))
+        if line is not None:
+            lines.append(line)
+            continue
+        if getattr(ins, "_int8jit_shared", False):
+            line = shared[id(ins)] = ins.format("peachpy", indent=True, line_number=number)
+            lines.append(line)
+            continue
         if key is None or any(type(operand) is MaskedRegister for operand in ins.operands):
             lines.append(ins.format("peachpy", indent=True, line_number=number))
             continue

@@ -1,0 +1,227 @@
+"""Creation-time speed-ups: shared instructions (jit.asm), fast addresses, the collector pause
+(jit.build). Their bytes are checked against PeachPy's own pipeline in test_build_speed.py;
+these tests pin the mechanisms themselves."""
+from __future__ import annotations
+
+import copy
+import gc
+
+import pytest
+
+from jit import asm, backend, build
+
+
+def _function(emit, arguments=(), isa="avx512_core"):
+    return build.generate("f", isa, "void (*)(void)", arguments, emit)
+
+
+def _capture(monkeypatch):
+    """The instruction list each lean assembly sees."""
+    seen = []
+    original = backend._encode
+
+    def encode(instructions, abi):
+        seen.append(list(instructions))
+        return original(instructions, abi)
+
+    monkeypatch.setattr(backend, "_encode", encode)
+    return seen
+
+
+def test_classes_stay_peachpys():
+    import peachpy.x86_64 as px
+
+    from jit import vnni
+
+    assert asm.MOV is px.MOV and asm.VPADDD is px.VPADDD and asm.VPDPBUSD is vnni.VPDPBUSD
+    assert isinstance(asm.MOV, type)
+
+
+def test_equal_instructions_are_one_object_in_a_kernel_function(monkeypatch):
+    seen = _capture(monkeypatch)
+    made = []
+
+    def emit():
+        made.append(asm.VPADDD(asm.zmm1, asm.zmm2, asm.zmm3))
+        made.append(asm.VPADDD(asm.zmm1, asm.zmm2, asm.zmm3))
+        made.append(asm.VPADDD(asm.zmm1, asm.zmm2, asm.zmm4))  # another operand: another object
+        made.append(asm.MOV(asm.rax, [asm.rdi + 8]))
+        made.append(asm.MOV(asm.rax, [asm.rdi + 8]))
+        made.append(asm.MOV(asm.rax, asm.qword[asm.rdi + 8]))  # another operand form
+        made.append(asm.VPDPBUSD(asm.zmm0, asm.zmm1, asm.zmm2, vex=False))
+        made.append(asm.VPDPBUSD(asm.zmm0, asm.zmm1, asm.zmm2, vex=False))
+        asm.RETURN()
+
+    _function(emit, isa="avx512_core_vnni")
+    a, b, c, d, e, f, g, h = made
+    assert a is b and a is not c and d is e and d is not f and g is h
+    instructions = seen[0]
+    assert sum(i is a for i in instructions) == 2 and sum(i is d for i in instructions) == 2
+
+
+def test_instructions_are_not_shared_outside_kernel_functions():
+    made = []
+
+    def emit():
+        made.append(asm.VPADDD(asm.zmm1, asm.zmm2, asm.zmm3))
+        made.append(asm.VPADDD(asm.zmm1, asm.zmm2, asm.zmm3))
+        asm.RETURN()
+
+    with build.reference_backend():  # PeachPy's own Function
+        _function(emit)
+    assert made[0] is not made[1]
+    assert asm.VPADDD(asm.zmm1, asm.zmm2, asm.zmm3) is not asm.VPADDD(asm.zmm1, asm.zmm2, asm.zmm3)
+
+
+def test_shared_instructions_are_reused_across_kernels_with_the_same_bytes():
+    made = []
+
+    def emit():
+        made.append(asm.VPMADDWD(asm.zmm5, asm.zmm6, [asm.rsi + asm.rcx * 4 + 64]))
+        asm.RETURN()
+
+    first = _function(emit)
+    second = _function(emit)
+    assert made[0] is made[1]
+    assert first.code == second.code and first.listing == second.listing
+
+
+def test_labels_constants_and_virtual_registers_are_not_shared():
+    from jit.dot import path_for, vector_constant
+
+    path = path_for("avx512_core")
+    made = []
+
+    def emit():
+        for _ in range(2):
+            made.append(asm.VPADDD(asm.zmm1, asm.zmm1, vector_constant(path, [1], "one")))
+        for _ in range(2):
+            made.append(asm.MOV(asm.rax, 1 == 1))  # a bool immediate has no key
+        asm.RETURN()
+
+    _function(emit)
+    assert made[0] is not made[1] and made[2] is not made[3]
+
+
+def test_copies_of_a_shared_instruction_are_new_objects():
+    made = []
+
+    def emit():
+        made.append(asm.VPADDD(asm.zmm1, asm.zmm2, asm.zmm3))
+        made.append(copy.deepcopy(made[0]))  # copy calls cls.__new__(cls): no sharing
+        made.append(copy.copy(made[0]))
+        asm.RETURN()
+
+    _function(emit)
+    shared, deep, shallow = made
+    assert deep is not shared and shallow is not shared
+    assert str(deep) == str(shared) == str(shallow)
+
+
+def test_fallback_to_peachpy_unshares(monkeypatch):
+    """A kernel function PeachPy's pipeline must finish (a virtual register) gets its own
+    copy of each shared instruction, and its bytes are PeachPy's."""
+    used = []
+    original = backend.assemble_reference
+    monkeypatch.setattr(backend, "assemble_reference", lambda f, abi: used.append(list(f._instructions))
+                        or original(f, abi))
+    made = []
+
+    def emit():
+        value = asm.GeneralPurposeRegister64()
+        for _ in range(3):
+            made.append(asm.ADD(asm.rax, [asm.rdi + 16]))
+        asm.MOV(value, asm.rax)
+        asm.ADD(value, value)
+        asm.MOV([asm.rdi], value)
+        asm.RETURN()
+
+    lean = _function(emit)
+    with build.reference_backend():
+        reference = _function(emit)
+    assert lean.code == reference.code
+    listed = used[0]
+    adds = [i for i in listed if str(i) == "ADD rax, [rdi + 16]"]
+    assert len(adds) == 3 and len({id(i) for i in adds}) == 3 and not any(i is made[0] for i in adds)
+    assert not any(getattr(i, "_int8jit_shared", False) for i in listed)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: asm.rdi + 8, lambda: asm.rdi + 0, lambda: asm.rdi - 8, lambda: asm.rdi + (-2**31),
+    lambda: asm.rdi + (2**31 - 1), lambda: asm.rcx * 4, lambda: asm.rcx * 1 + 12, lambda: asm.rbx + asm.rbp * 2,
+    lambda: asm.rbx + asm.rbp * 8 + 64, lambda: asm.rbx + (asm.rbp * 2 + 16),
+    lambda: asm.rsi + asm.zmm3 * 4, lambda: (asm.rdi + 8) + 8, lambda: (asm.rdi + 8) + asm.rcx * 2,
+])
+def test_fast_addresses_equal_peachpys(make):
+    from peachpy.x86_64 import operand, registers
+
+    fast = make()
+    mended = (operand.MemoryAddress.__init__, operand.MemoryAddress.__add__,
+              registers.GeneralPurposeRegister64.__add__, registers.GeneralPurposeRegister64.__mul__)
+    originals = [f.__closure__ for f in mended]
+    assert all(getattr(f, "_int8jit_mended", False) for f in mended) and all(originals)
+    try:
+        # PeachPy's own methods, found in the closures of the replacements
+        operand.MemoryAddress.__init__ = _closed_over(mended[0], "init")
+        operand.MemoryAddress.__add__ = _closed_over(mended[1], "add")
+        registers.GeneralPurposeRegister64.__add__ = _closed_over(mended[2], "reg_add")
+        registers.GeneralPurposeRegister64.__mul__ = _closed_over(mended[3], "reg_mul")
+        slow = make()
+    finally:
+        (operand.MemoryAddress.__init__, operand.MemoryAddress.__add__,
+         registers.GeneralPurposeRegister64.__add__, registers.GeneralPurposeRegister64.__mul__) = mended
+    assert type(fast) is type(slow) and vars(fast) == vars(slow)
+    assert str(fast) == str(slow)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: asm.rdi + 2**31, lambda: asm.rdi + 1.5, lambda: asm.rcx * 3, lambda: asm.rcx * 2.0,
+    lambda: (asm.rdi + 2**31 - 8) + 8, lambda: asm.rbx + (asm.rcx + 4), lambda: asm.rbx + asm.ecx,
+    lambda: asm.rbx + asm.rcx,
+])
+def test_fast_addresses_keep_peachpys_errors(bad):
+    with pytest.raises((TypeError, ValueError)):
+        bad()
+
+
+def _closed_over(function, name):
+    cells = dict(zip(function.__code__.co_freevars, function.__closure__))
+    return cells[name].cell_contents
+
+
+def test_collector_is_paused_during_generation_and_restored():
+    states = []
+
+    def emit():
+        states.append(gc.isenabled())
+        asm.RETURN()
+
+    assert gc.isenabled()
+    _function(emit)
+    assert states == [False] and gc.isenabled()
+
+
+def test_collector_comes_back_after_an_error():
+    def emit():
+        raise RuntimeError("template bug")
+
+    with pytest.raises(RuntimeError, match="template bug"):
+        _function(emit)
+    assert gc.isenabled()
+
+
+def test_collector_stays_off_when_the_program_turned_it_off():
+    gc.disable()
+    try:
+        _function(lambda: asm.RETURN())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_nested_pauses_restore_once():
+    with build._collector_paused():
+        with build._collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
