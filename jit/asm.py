@@ -168,9 +168,11 @@ def _speed_up_check_operand() -> None:
     runs seven ``import`` statements before an ``isinstance`` ladder: a register (three of
     four operands) comes back as ``copy.copy(register)``, a ``[address]`` list as
     ``MemoryOperand(address)`` and a masked register or memory operand as
-    ``copy.deepcopy(operand)``. The front end returns exactly those for those (the copies
-    made directly, as ``copy`` would through the methods :func:`_speed_up_operand_copies`
-    gave the classes) and hands everything else to PeachPy's function. The instruction
+    ``copy.deepcopy(operand)``, an immediate or a label as it is, and a constant as a memory
+    operand of its copy (the name deep-copied through the function's memo). The front end
+    returns exactly those for those (the copies made directly, as ``copy`` would through
+    the methods :func:`_speed_up_operand_copies` gave the classes) and hands everything
+    else to PeachPy's function. The instruction
     modules bound the function at import, so each binding (PeachPy's and jit.vnni's) is
     replaced.
     """
@@ -179,8 +181,13 @@ def _speed_up_check_operand() -> None:
     original = operand.check_operand
     if getattr(original, "_int8jit_mended", False):
         return
+    import peachpy.common.function as active
+    from peachpy.literal import Constant
+    from peachpy.x86_64.pseudo import Label as label_type
+
     register_types = frozenset(_with_subclasses((registers.Register,)))
     deep_types = frozenset((registers.MaskedRegister, operand.MemoryOperand))
+    passed_types = frozenset(_with_subclasses((label_type,)))  # returned as they are
     memory_operand = operand.MemoryOperand
 
     def check_operand(value):
@@ -191,6 +198,16 @@ def _speed_up_check_operand() -> None:
             return memory_operand(value[0])
         if kind in deep_types:
             return _deepcopy_instance(value, {})
+        if kind is int and -2**63 <= value < 2**64:  # an immediate PeachPy's is_int64 accepts
+            return value
+        if kind in passed_types:
+            return value
+        if kind is Constant:  # a copy, its name copied through the function's memo
+            constant = _copy_instance(value)
+            function = active.active_function
+            if function:
+                constant.name = _copy.deepcopy(constant.name, function._names_memo)
+            return memory_operand(constant)
         return original(value)
 
     check_operand._int8jit_mended = True
@@ -358,10 +375,13 @@ def _make_shared(cls) -> None:
         if klass is not cls or not args or type(function) is not KernelFunction or function.debug_level:
             return object.__new__(klass)
         key = [cls, function._indent_level]
+        memo = _shared
         for arg in args:
             part = _operand_key(arg)
             if part is None:
                 return object.__new__(klass)
+            if part[0] is _Constant:  # the constant's name belongs to this function's scope
+                memo = function._shared_here
             key.append(part)
         if kwargs:  # options such as jit.vnni's vex=: plain values only (not origin/prototype)
             for value in kwargs.values():
@@ -369,10 +389,10 @@ def _make_shared(cls) -> None:
                     return object.__new__(klass)
             key.append(tuple(sorted(kwargs.items())))
         key = tuple(key)
-        instruction = _shared.get(key)
+        instruction = memo.get(key)
         if instruction is None:
             instruction = object.__new__(klass)
-            instruction._int8jit_key = key
+            instruction._int8jit_key = (memo, key)
         return instruction
 
     def __init__(self, *args, **kwargs):
@@ -380,12 +400,13 @@ def _make_shared(cls) -> None:
         if "_int8jit_shared" in state:  # handed back by __new__: built before
             stream.active_stream.add_shared(self)
             return
-        key = state.pop("_int8jit_key", None)
+        memo_key = state.pop("_int8jit_key", None)
         original_init(self, *args, **kwargs)  # PeachPy adds it to the active function
-        if key is not None:
-            if len(_shared) >= _SHARED_LIMIT:
-                _shared.clear()
-            _shared[key] = self
+        if memo_key is not None:
+            memo, key = memo_key
+            if len(memo) >= _SHARED_LIMIT:
+                memo.clear()
+            memo[key] = self
             self._int8jit_shared = True
             stream.active_stream._checked.add(id(self))
 
@@ -396,8 +417,15 @@ def _make_shared(cls) -> None:
 
 def _operand_key(value):
     """What an instruction's constructor reads of an operand as given (register kinds and
-    numbers, address parts, size, mask, broadcast, immediate), or None for operands that
-    are not shared (virtual registers, labels, constants, local variables, anything else)."""
+    numbers, address parts, size, mask, broadcast, immediate, a constant's type and
+    values), or None for operands that are not shared (virtual registers, labels, local
+    variables, anything else).
+
+    A constant is keyed by its values, not its name: equal constants share one place in
+    the constant section (``jit.backend._layout_constants``, as PeachPy lays them out) and
+    listings print them as ``[rip+0]``; an instruction with a constant is shared within
+    its function only (``jit.backend.KernelFunction._shared_here``), since PeachPy
+    names the constant in the function's scope."""
     kind = type(value)
     if kind in _REGISTER_TYPES:
         return (kind, value.mask, value.physical_id) if value.virtual_id is None else None
@@ -418,6 +446,10 @@ def _operand_key(value):
                 return None
             mask = (register, mask.is_zeroing)
         return address and (address, value.size, mask, value.broadcast)
+    if kind is _Constant:  # what its encoding and its place among the constants depend on
+        if value.label is not None or value.prefix is not None:
+            return None
+        return (kind, value.size, value.repeats, value.data, id(value.element_ctype))
     if kind is _MaskedRegister:
         register, mask = _register_key(value.register), value.mask
         if register is None or type(mask) is not _RegisterMask:
@@ -446,6 +478,7 @@ def _address_key(address, tag):
     return register and (tag, register)
 
 
+from peachpy.literal import Constant as _Constant  # noqa: E402
 from peachpy.x86_64.operand import MemoryAddress as _MemoryAddress, MemoryOperand as _MemoryOperand  # noqa: E402
 from peachpy.x86_64.registers import MaskedRegister as _MaskedRegister, RegisterMask as _RegisterMask  # noqa: E402
 

@@ -73,6 +73,7 @@ class KernelFunction(_function.Function):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._checked: set[int] = set()  # ids of shared instructions add_instruction accepted
+        self._shared_here: dict = {}  # jit.asm's shared instructions that name a constant
 
     def add_shared(self, instruction) -> None:
         """Add an instruction ``jit.asm`` shares: through :meth:`add_instruction` the first
@@ -147,7 +148,10 @@ def _unshare(instructions: list) -> None:
     (``_int8jit_shared``): PeachPy's pipeline records per-place state (liveness) on them."""
     for i, instruction in enumerate(instructions):
         if getattr(instruction, "_int8jit_shared", False):
-            instructions[i] = copy.deepcopy(instruction)
+            # The copies keep the constant the function's scope named (as when a template
+            # uses one Constant twice).
+            constant = _constant_of(instruction)
+            instructions[i] = copy.deepcopy(instruction, {} if constant is None else {id(constant): constant})
             del instructions[i]._int8jit_shared
 
 

@@ -88,15 +88,12 @@ def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while a kernel is generated.
 
     Generation allocates tens of thousands of short-lived objects (PeachPy operands,
-    instructions, encodings), which set off 5-20 young collections per kernel, each a
-    step towards the full collection of the whole process (40-50k objects once numpy and
-    PeachPy are imported: ~15 ms, which the first creation of a process used to pay),
-    for objects that reference counting frees anyway. When the outermost generation
-    ends (even on an error) and its objects are gone, the collector is switched back on
-    if it was on, and if the allocations since the last collection went past its
-    threshold it collects the young generation once, as it would have on the next
-    allocation, but without starting older collections from inside the creation: those
-    come when the program's own allocations call for them.
+    instructions, encodings), which set off 5-20 young collections per kernel and, every
+    few kernels, a collection of the whole process (40-50k objects once numpy and PeachPy
+    are imported: ~15 ms), for objects that reference counting frees anyway. Paused, a
+    generation costs the collector one young collection, on the first allocation after
+    the outermost generation ends (even on an error) and its objects are gone; the
+    collector is switched back on only if it was on.
     """
     global _collector_depth, _collector_was_enabled
     with _collector_lock:
@@ -111,8 +108,6 @@ def _collector_paused() -> Iterator[None]:
             _collector_depth -= 1
             if _collector_depth == 0 and _collector_was_enabled:
                 gc.enable()
-                if gc.get_count()[0] > gc.get_threshold()[0]:
-                    gc.collect(0)
 
 
 @functools.lru_cache(maxsize=None)

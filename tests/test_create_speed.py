@@ -86,7 +86,9 @@ def test_shared_instructions_are_reused_across_kernels_with_the_same_bytes():
     assert first.code == second.code and first.listing == second.listing
 
 
-def test_labels_constants_and_virtual_registers_are_not_shared():
+def test_operands_without_a_key_are_not_shared():
+    from peachpy.x86_64.operand import RIPRelativeOffset
+
     from jit.dot import path_for, vector_constant
 
     path = path_for("avx512_core")
@@ -94,9 +96,9 @@ def test_labels_constants_and_virtual_registers_are_not_shared():
 
     def emit():
         for _ in range(2):
-            made.append(asm.VPADDD(asm.zmm1, asm.zmm1, vector_constant(path, [1], "one")))
-        for _ in range(2):
             made.append(asm.MOV(asm.rax, 1 == 1))  # a bool immediate has no key
+        for _ in range(2):
+            made.append(asm.VPADDD(asm.zmm1, asm.zmm1, asm.zword[RIPRelativeOffset(64)]))  # rip-relative: no key
         asm.RETURN()
 
     _function(emit)
@@ -144,6 +146,46 @@ def test_fallback_to_peachpy_unshares(monkeypatch):
     adds = [i for i in listed if str(i) == "ADD rax, [rdi + 16]"]
     assert len(adds) == 3 and len({id(i) for i in adds}) == 3 and not any(i is made[0] for i in adds)
     assert not any(getattr(i, "_int8jit_shared", False) for i in listed)
+
+
+def test_instructions_with_constants_are_shared_within_their_function(monkeypatch):
+    from jit.dot import path_for, vector_constant
+
+    path = path_for("avx512_core")
+    made = []
+
+    def emit():
+        for value in (1, 1, 2, 1):  # new Constant objects; equal values share
+            made.append(asm.VPADDD(asm.zmm1, asm.zmm1, vector_constant(path, [value], "c")))
+        asm.RETURN()
+
+    lean = _function(emit)
+    with build.reference_backend():
+        reference = _function(emit)
+    a, b, c, d = made[:4]
+    assert a is b is d and a is not c
+    assert made[4] is not a  # the next function builds its own
+    assert (lean.code, lean.const, lean.relocations) == (reference.code, reference.const, reference.relocations)
+    assert len(lean.const) == 2 * 64 and [r.target for r in lean.relocations] == [0, 0, 64, 0]
+
+
+def test_fallback_keeps_constants_named(monkeypatch):
+    from jit.dot import path_for, vector_constant
+
+    path = path_for("avx512_core")
+
+    def emit():
+        value = asm.GeneralPurposeRegister64()
+        for v in (3, 3, 4):
+            asm.VPADDD(asm.zmm1, asm.zmm1, vector_constant(path, [v], "c"))
+        asm.MOV(value, asm.rax)
+        asm.MOV([asm.rdi], value)
+        asm.RETURN()
+
+    lean = _function(emit)
+    with build.reference_backend():
+        reference = _function(emit)
+    assert (lean.code, lean.const, lean.relocations) == (reference.code, reference.const, reference.relocations)
 
 
 @pytest.mark.parametrize("make", [
