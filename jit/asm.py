@@ -407,7 +407,7 @@ def _make_shared(cls) -> None:
             if len(memo) >= _SHARED_LIMIT:
                 memo.clear()
             memo[key] = self
-            self._int8jit_shared = True
+            self._int8jit_shared = key  # jit.backend encodes, prints and scans it once
             stream.active_stream._checked.add(id(self))
 
     __new__._int8jit_mended = __init__._int8jit_mended = True

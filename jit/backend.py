@@ -395,24 +395,27 @@ def _encode_once(instructions: list, kinds: list) -> list:
     encoded with displacement 0 and get relocations). ``Instruction.encode`` is a function
     of the instruction's encoders and its operands' fields, both in :func:`_encoding_key`;
     a kernel repeats most of its instructions (one in six to ten is distinct), so the
-    bytes of an equal key are reused.
+    bytes of an equal key are reused. An instruction ``jit.asm`` shares is one object at
+    all its places, keyed by the key it was shared under (class, indentation, operands
+    as given), which no ``_encoding_key`` equals (those hold a tuple of encoders where it
+    holds the indentation).
     """
     keys = []
     done: dict[tuple, bytes] = {}
-    shared: dict[int, tuple] = {}  # id -> key of the instructions jit.asm shares: encoded once
     for ins, kind in zip(instructions, kinds):
-        if kind is None and id(ins) in shared:
-            keys.append(shared[id(ins)])
-            continue
-        key = None if kind is not None else _encoding_key(ins)
-        keys.append(key)
         if kind is not None:
+            keys.append(None)
             continue
-        if key is not None and getattr(ins, "_int8jit_shared", False):
-            shared[id(ins)] = key
-            if ins.bytecode is not None:  # encoded for an earlier kernel: it sits anywhere
-                done.setdefault(key, bytes(ins.bytecode))
-                continue
+        shared = ins.__dict__.get("_int8jit_shared")
+        if shared is not None:
+            # One object wherever jit.asm shares it, keyed by what it was built from; its
+            # bytes (perhaps from an earlier kernel) are valid at any address.
+            keys.append(shared)
+            if ins.bytecode is None:
+                ins.bytecode = bytearray(ins.encode())
+            continue
+        key = _encoding_key(ins)
+        keys.append(key)
         if key is None:
             ins.bytecode = ins.encode()
             continue
