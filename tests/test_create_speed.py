@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import gc
+import json
+import os
 
 import pytest
 
@@ -267,3 +269,72 @@ def test_nested_pauses_restore_once():
             assert not gc.isenabled()
         assert not gc.isenabled()
     assert gc.isenabled()
+
+
+# -- the disk cache's digest of the sources ----------------------------------------------------
+def _sources(folder, files: dict) -> None:
+    folder.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+
+
+def test_source_digest_is_kept_and_reused(tmp_path, monkeypatch):
+    from jit import cache
+
+    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("INT8JIT_DISK_CACHE", "1")
+    src = tmp_path / "jit"
+    _sources(src, {"a.py": "x = 1\n", "b.py": "y = 2\n", "notes.txt": "not a source"})
+    digest = cache._source_digest(str(src))
+    assert digest == cache._hash_sources(str(src))
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [os.path.basename(cache._digest_index(str(src)))]
+
+    def refuse(folder):
+        raise AssertionError("the sources were hashed again")
+
+    monkeypatch.setattr(cache, "_hash_sources", refuse)
+    assert cache._source_digest(str(src)) == digest  # from the index: sources unchanged
+
+
+@pytest.mark.parametrize("change", ["edit", "touch", "add", "remove", "corrupt index", "other folder's index"])
+def test_source_digest_follows_the_sources(tmp_path, monkeypatch, change):
+    from jit import cache
+
+    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("INT8JIT_DISK_CACHE", "1")
+    src = tmp_path / "jit"
+    _sources(src, {"a.py": "x = 1\n", "b.py": "y = 2\n"})
+    before = cache._source_digest(str(src))
+    index = cache._digest_index(str(src))
+    if change == "edit":  # same size, another modification time
+        (src / "a.py").write_text("x = 3\n")
+        os.utime(src / "a.py", ns=(1, 10**18))
+    elif change == "touch":
+        os.utime(src / "b.py", ns=(1, 10**18))
+    elif change == "add":
+        (src / "c.py").write_text("z = 1\n")
+    elif change == "remove":
+        (src / "b.py").unlink()
+    elif change == "corrupt index":
+        with open(index, "w") as f:
+            f.write("{not json")
+    else:
+        with open(index) as f:
+            stored = json.load(f)
+        stored["folder"], stored["digest"] = "/elsewhere", "0" * 16
+        with open(index, "w") as f:
+            json.dump(stored, f)
+    after = cache._source_digest(str(src))
+    assert after == cache._hash_sources(str(src))
+    assert (after == before) == (change in ("touch", "corrupt index", "other folder's index"))
+
+
+def test_source_digest_without_a_writable_cache(tmp_path, monkeypatch):
+    from jit import cache
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(blocker / "cache"))  # cannot be created
+    src = tmp_path / "jit"
+    _sources(src, {"a.py": "x = 1\n"})
+    assert cache._source_digest(str(src)) == cache._hash_sources(str(src))
