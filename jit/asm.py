@@ -350,8 +350,9 @@ _SHARED_CLASSES: set = set()
 
 def _make_shared(cls) -> None:
     """``cls(*args)`` inside a :class:`jit.backend.KernelFunction` returns the object built
-    before for an equal instruction (same class, operands, keyword options and listing
-    indentation: :func:`_operand_key`), added to the function again; else it builds one.
+    before for an equal instruction (same class, listing indentation, keyword options and
+    operands: :func:`_operand_key`), added to the function again; else it builds one, as
+    a copy of an earlier instruction of the same form where there is one (:func:`_clone`).
 
     PeachPy never changes an ordinary instruction after building it except to store its
     bytes, which for these instructions (physical registers, no constant, label or local
@@ -374,7 +375,13 @@ def _make_shared(cls) -> None:
         function = stream.active_stream
         if klass is not cls or not args or type(function) is not KernelFunction or function.debug_level:
             return object.__new__(klass)
-        key = [cls, function._indent_level]
+        options = ()
+        if kwargs:  # options such as jit.vnni's vex=: plain values only (not origin/prototype)
+            for value in kwargs.values():
+                if type(value) not in _OPTION_TYPES:
+                    return object.__new__(klass)
+            options = tuple(sorted(kwargs.items()))
+        key = [cls, function._indent_level, options]
         memo = _shared
         for arg in args:
             part = _operand_key(arg)
@@ -383,11 +390,6 @@ def _make_shared(cls) -> None:
             if part[0] is _Constant:  # the constant's name belongs to this function's scope
                 memo = function._shared_here
             key.append(part)
-        if kwargs:  # options such as jit.vnni's vex=: plain values only (not origin/prototype)
-            for value in kwargs.values():
-                if type(value) not in _OPTION_TYPES:
-                    return object.__new__(klass)
-            key.append(tuple(sorted(kwargs.items())))
         key = tuple(key)
         instruction = memo.get(key)
         if instruction is None:
@@ -401,18 +403,100 @@ def _make_shared(cls) -> None:
             stream.active_stream.add_shared(self)
             return
         memo_key = state.pop("_int8jit_key", None)
-        original_init(self, *args, **kwargs)  # PeachPy adds it to the active function
-        if memo_key is not None:
-            memo, key = memo_key
-            if len(memo) >= _SHARED_LIMIT:
-                memo.clear()
-            memo[key] = self
-            self._int8jit_shared = key  # jit.backend encodes, prints and scans it once
-            stream.active_stream._checked.add(id(self))
+        if memo_key is None:
+            original_init(self, *args, **kwargs)  # PeachPy adds it to the active function
+            return
+        memo, key = memo_key
+        form = _form_key(key)
+        template = _forms.get(form)
+        if template is None:
+            original_init(self, *args, **kwargs)
+            if len(_forms) >= _SHARED_LIMIT:
+                _forms.clear()
+            _forms[form] = self
+        else:
+            _clone(template, self, args)
+            stream.active_stream.add_instruction(self)
+        if len(memo) >= _SHARED_LIMIT:
+            memo.clear()
+        memo[key] = self
+        self._int8jit_shared = key  # jit.backend encodes, prints and scans it once
+        stream.active_stream._checked.add(id(self))
 
     __new__._int8jit_mended = __init__._int8jit_mended = True
     __init__.__doc__ = original_init.__doc__
     cls.__new__, cls.__init__ = __new__, __init__
+
+
+# -- instruction forms ---------------------------------------------------------------------
+# A PeachPy constructor picks its instruction's form (encoders, register roles, extensions,
+# names) from its operands through operand.py's is_* predicates and, for shifts, whether an
+# immediate is 1; jit.vnni's also reads a memory operand's broadcast and whether a write
+# mask is k0. Those read: the operand's class, a register's kind and mask and whether its
+# number is 0, 1, under 4 or under 16; a memory operand's size, broadcast, mask (zeroing,
+# k0) and whether its address has a base, a rip-relative offset, or an index (of which
+# kind, and whether under 16); a constant's size. Two instructions of one class whose
+# operands agree on all that (:func:`_form_key`) get the same form, so the second is
+# built as a copy of the first with its own operands (:func:`_clone`): the constructors'
+# operand checks and encoder set-up run once per form (a GEMM kernel has ~50 forms among
+# its ~400 distinct instructions). tests/test_build_speed.py compares the bytes and
+# listings with PeachPy's own pipeline.
+_forms: dict = {}
+
+
+def _form_key(key: tuple) -> tuple:
+    """The form part of a sharing key ``(class, indentation, options, operand keys...)``."""
+    return key[0], key[2], tuple(_operand_form(part) for part in key[3:])
+
+
+def _number_class(number: int) -> int:
+    """What the predicates ask of a register number: 0 (al, xmm0...), 1 (cl), 2-3, 4-15
+    (an 8-bit register that needs REX), 16-31 (EVEX only)."""
+    return number if number < 2 else 2 if number < 4 else 4 if number < 16 else 16
+
+
+def _register_form(key):
+    return None if key is None else (key[0], key[1], _number_class(key[2]))
+
+
+def _operand_form(part):
+    kind = part[0]
+    if kind is int:
+        return part  # immediates by value (range checks, "is it 1")
+    if kind in _REGISTER_TYPES:
+        return (kind, part[1], _number_class(part[2]))
+    if kind is _Constant:
+        return (kind, part[1])
+    if kind is _MaskedRegister:  # (kind, register, mask register, zeroing)
+        return (kind, _register_form(part[1]), part[2][2] == 0, part[3])
+    if type(kind) is tuple:  # a memory operand: (address, size, mask, broadcast)
+        address, size, mask, broadcast = part
+        mask = mask and (mask[0][2] == 0, mask[1])
+        return (_MemoryOperand, _address_form(address), size, mask, broadcast)
+    return (list, _address_form(part))  # [address]
+
+
+def _address_form(address):
+    if len(address) == 2:  # (tag, base register)
+        return (True, None)
+    return (address[1] is not None, _register_form(address[2]))
+
+
+def _clone(template, instruction, args) -> None:
+    """Make ``instruction`` what ``template``'s constructor made, with ``args`` as operands
+    (passed through ``check_operand`` as a constructor passes them)."""
+    from peachpy.x86_64 import operand
+
+    state = dict(template.__dict__)
+    state.pop("_int8jit_shared", None)
+    state["operands"] = tuple(map(operand.check_operand, args))
+    state["bytecode"] = None
+    state["encodings"] = list(template.encodings)
+    state["_implicit_in_regs"] = dict(template._implicit_in_regs)
+    state["_implicit_out_regs"] = dict(template._implicit_out_regs)
+    state["_available_registers"] = {}
+    state["_live_registers"] = {}
+    instruction.__dict__.update(state)
 
 
 def _operand_key(value):

@@ -7,6 +7,7 @@ import copy
 import gc
 import json
 import os
+import re
 
 import pytest
 
@@ -338,3 +339,133 @@ def test_source_digest_without_a_writable_cache(tmp_path, monkeypatch):
     src = tmp_path / "jit"
     _sources(src, {"a.py": "x = 1\n"})
     assert cache._source_digest(str(src)) == cache._hash_sources(str(src))
+
+
+# -- instruction forms -----------------------------------------------------------------------
+def _form_variants():
+    """Instructions whose forms turn on what jit.asm's form key must tell apart: register
+    numbers 0, 1, 2-3, 4-15 and 16-31, 8-bit high registers, immediates (1 for shifts,
+    ranges), memory sizes, broadcasts, masks (k0 or not, zeroing), VSIB-free addresses with
+    and without base or index, constants; each after an instruction of the same class
+    that would have served as its template under a coarser key."""
+    from jit.dot import path_for, vector_constant
+
+    A = asm
+    path = path_for("avx512_core")
+    return [
+        lambda: A.ADD(A.eax, 5), lambda: A.ADD(A.ecx, 5), lambda: A.ADD(A.r9d, 5), lambda: A.ADD(A.rax, 5),
+        lambda: A.ADD(A.rax, 300), lambda: A.ADD(A.rax, -1), lambda: A.ADD(A.al, 1), lambda: A.ADD(A.ah, 1),
+        lambda: A.ADD(A.bl, 1), lambda: A.ADD(A.sil, 1), lambda: A.ADD(A.r10b, 1),
+        lambda: A.SHL(A.rax, 1), lambda: A.SHL(A.rax, 2), lambda: A.SHL(A.rdx, A.cl), lambda: A.SHL(A.r11, 1),
+        lambda: A.MOV(A.rax, 2**40), lambda: A.MOV(A.rcx, 2**40), lambda: A.MOV(A.rcx, 7), lambda: A.MOV(A.ecx, 7),
+        lambda: A.MOV(A.eax, [A.rsi]), lambda: A.MOV(A.eax, [A.rsi + A.rcx * 4]), lambda: A.MOV(A.eax, [A.rcx * 4]),
+        lambda: A.MOV(A.r12, [A.r13 + 8]), lambda: A.MOV([A.r14 + 8], A.r8), lambda: A.MOV(A.al, [A.rdi]),
+        lambda: A.MOV(A.sil, [A.rdi]), lambda: A.LEA(A.rcx, [A.rdx + A.rdx * 2]),
+        lambda: A.VPADDD(A.ymm1, A.ymm2, A.ymm3), lambda: A.VPADDD(A.ymm17, A.ymm2, A.ymm3),
+        lambda: A.VPADDD(A.ymm1, A.ymm18, A.ymm3), lambda: A.VPADDD(A.ymm1, A.ymm2, A.ymm19),
+        lambda: A.VPADDD(A.zmm1, A.zmm2, A.zmm3), lambda: A.VPADDD(A.zmm30, A.zmm2, A.zmm31),
+        lambda: A.VPADDD(A.zmm1(A.k1), A.zmm2, A.zmm3), lambda: A.VPADDD(A.zmm1(A.k2.z), A.zmm2, A.zmm3),
+        lambda: A.VPADDD(A.zmm1, A.zmm2, [A.rsi + 64]), lambda: A.VPADDD(A.zmm1, A.zmm2, A.zword[A.rsi + 64]),
+        lambda: A.VPADDD(A.zmm1, A.zmm2, A.dword[A.rsi + 4]), lambda: A.VPADDD(A.xmm1, A.xmm2, A.xmm3),
+        lambda: A.VPADDD(A.xmm16, A.xmm2, A.xmm3), lambda: A.VPADDD(A.ymm1, A.ymm2, [A.rsi]),
+        lambda: A.VPADDD(A.zmm1, A.zmm1, vector_constant(path, [5], "five")),
+        lambda: A.VPADDD(A.zmm2, A.zmm2, vector_constant(path, [6], "six")),
+        lambda: A.VPBROADCASTD(A.zmm1, A.xmm1), lambda: A.VPBROADCASTD(A.zmm1, A.eax),
+        lambda: A.VPBROADCASTD(A.zmm1, A.dword[A.rdx]), lambda: A.VPBROADCASTD(A.ymm1, A.xmm0),
+        lambda: A.VMOVDQU32(A.zmm1, [A.rbx]), lambda: A.VMOVDQU32([A.rbx], A.zmm1),
+        lambda: A.VMOVDQU32(A.zmm1(A.k3.z), [A.rbx]), lambda: A.VMOVDQU32(A.zword[A.rbx](A.k3), A.zmm1),
+        lambda: A.VMOVUPS(A.zmm4(A.k1.z), [A.r8]), lambda: A.VMOVUPS(A.zword[A.r8](A.k2), A.zmm4),
+        lambda: A.VPMOVDB(A.oword[A.rcx](A.k1), A.zmm3), lambda: A.VPMOVDB(A.xmm1, A.zmm3),
+        lambda: A.VPCMPGTD(A.k1, A.zmm31, A.zmm2), lambda: A.VPCMPGTD(A.k2, A.zmm1, [A.rax]),
+        lambda: A.KXNORW(A.k1, A.k1, A.k1), lambda: A.KXNORW(A.k5, A.k6, A.k7),
+        lambda: A.VPDPBUSD(A.zmm0, A.zmm1, A.zmm2), lambda: A.VPDPBUSD(A.zmm20, A.zmm1, A.zmm2),
+        lambda: A.VPDPBUSD(A.zmm0, A.zmm1, A.zword[A.rbx + 64]),
+        lambda: A.VPDPBUSD(A.zmm0, A.zmm1, A.dword[A.rbx + 4], vex=False),
+        lambda: A.VPDPBUSD(A.zmm0(A.k1), A.zmm1, A.zmm2), lambda: A.VPDPBUSD(A.ymm0, A.ymm1, A.ymm2, vex=True),
+        lambda: A.VPDPBUSD(A.ymm3, A.ymm1, [A.rsi], vex=True), lambda: A.VPDPBUSD(A.ymm3, A.ymm1, A.ymm2),
+        lambda: A.VPMADDUBSW(A.ymm1, A.ymm2, A.ymm3), lambda: A.VPMADDUBSW(A.zmm1, A.zmm2, A.zmm3),
+        lambda: A.VPSHUFB(A.zmm1, A.zmm2, A.zmm3), lambda: A.VPMOVZXBW(A.zmm1, [A.rsi]),
+        lambda: A.VCVTDQ2PS(A.zmm1, A.zmm1), lambda: A.VMULPS(A.zmm1, A.zmm1, A.zmm30),
+        lambda: A.VMAXPS(A.ymm1, A.ymm1, A.ymm15), lambda: A.VMINPS(A.ymm1, A.ymm2, [A.rax + 32]),
+        lambda: A.VMOVD(A.xmm1, A.eax), lambda: A.VMOVD(A.eax, A.xmm1), lambda: A.VMOVD(A.xmm17, A.eax),
+        lambda: A.VEXTRACTI128(A.xmm1, A.ymm2, 1), lambda: A.VEXTRACTI128(A.xmm1, A.ymm2, 0),
+        lambda: A.PREFETCHT1([A.rbx + A.rbp * 1 + 64]), lambda: A.PREFETCHT1([A.rbx]),
+        lambda: A.VMASKMOVPS(A.ymm1, A.ymm2, [A.rdi]), lambda: A.VMASKMOVPS([A.rdi], A.ymm2, A.ymm1),
+        lambda: A.VPBLENDVB(A.ymm1, A.ymm2, A.ymm3, A.ymm0), lambda: A.VPBLENDVB(A.ymm1, A.ymm2, A.ymm3, A.ymm4),
+    ]
+
+
+@pytest.mark.parametrize("isa", ["avx512_core_vnni", "avx2_vnni"])
+def test_instruction_forms_match_peachpy(isa):
+    """Each variant built as a copy of an earlier same-class instruction where jit.asm's form
+    key allows it; the bytes and listing equal PeachPy's own in one function (templates
+    from earlier variants), and a variant PeachPy refuses is refused the same way."""
+    asm._forms.clear()
+    variants = []
+    for variant in _form_variants():
+        refused = _refusal(variant, isa, reference=True)
+        assert _refusal(variant, isa, reference=False) == refused
+        if refused is None:
+            variants.append(variant)
+    assert len(variants) > (60 if isa == "avx512_core_vnni" else 35)
+
+    def emit_all():
+        for v in variants:
+            v()
+        asm.RETURN()
+
+    asm._forms.clear()
+    lean = _function(emit_all, isa=isa)
+    with build.reference_backend():
+        reference = _function(emit_all, isa=isa)
+    assert (lean.code, lean.const, lean.relocations) == (reference.code, reference.const, reference.relocations)
+    assert _no_addresses(lean.listing) == _no_addresses(reference.listing)
+
+
+def _no_addresses(listing: str) -> str:
+    return re.sub(r" object at 0x[0-9a-f]+", " object", listing)  # masked registers print their address
+
+
+def _refusal(variant, isa: str, reference: bool):
+    """The exception type building ``variant`` alone raises on ``isa``, or None."""
+    def emit():
+        variant()
+        asm.RETURN()
+
+    try:
+        if reference:
+            with build.reference_backend():
+                _function(emit, isa=isa)
+        else:
+            _function(emit, isa=isa)
+    except (ValueError, SyntaxError, TypeError) as exc:
+        return type(exc)
+    return None
+
+
+def test_clones_are_built_without_peachpys_constructor(monkeypatch):
+    import peachpy.x86_64 as px
+
+    asm._forms.clear()
+    calls = []
+    wrapper = px.VPADDD.__init__
+    cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__))
+    original = cells["original_init"].cell_contents
+
+    def counting(self, *args, **kwargs):
+        calls.append(args)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cells["original_init"], "cell_contents", counting)
+
+    def emit():
+        asm.VPADDD(asm.zmm1, asm.zmm2, asm.zmm3)
+        asm.VPADDD(asm.zmm4, asm.zmm5, asm.zmm6)  # same form: a copy
+        asm.VPADDD(asm.zmm20, asm.zmm5, asm.zmm6)  # register 16-31: its own form
+        asm.RETURN()
+
+    lean = _function(emit)
+    assert len(calls) == 2
+    with build.reference_backend():
+        reference = _function(emit)
+    assert lean.code == reference.code
