@@ -3,10 +3,13 @@
 Importing this module imports PeachPy (slow-ish, so only templates import it), mends two
 PeachPy defects, adds the VNNI instructions PeachPy lacks (``jit.vnni``), and takes the
 Python overhead out of building instructions: operand copies (:func:`_speed_up_operand_copies`,
-:func:`_speed_up_check_operand`), the debug-level query (:func:`_speed_up_debug_level`)
-and label naming (:class:`Label`). Each speed-up returns what PeachPy's code returns and
-fails on import if PeachPy's internals are not what it was written against. The rest of
-cold generation's speed is in ``jit.backend``.
+:func:`_speed_up_check_operand`), addresses (:func:`_speed_up_addresses`), the
+debug-level query (:func:`_speed_up_debug_level`) and label naming (:class:`Label`).
+Each speed-up returns what PeachPy's code returns and fails on import if PeachPy's
+internals are not what it was written against. Inside a kernel function an instruction
+equal to one built before is that object again (:func:`_make_shared`), and one of a form
+built before is a copy of it (:func:`_clone`), so PeachPy's constructors run once per
+form. The rest of cold generation's speed is in ``jit.backend``.
 """
 from __future__ import annotations
 
