@@ -320,7 +320,7 @@ def _assigned_name(frame, constructor: str) -> str | None:
 # every block of rows): a 6x4 VNNI GEMM kernel emits ~900 ordinary instructions of which
 # ~390 differ. Built through PeachPy each costs ~20 us of operand checks and encoder set-up.
 _OPTION_TYPES = frozenset((bool, int, str, type(None)))
-_SHARED_LIMIT = 1 << 15  # distinct instructions kept (a few MB); the table restarts when full
+_SHARED_LIMIT = 4096  # distinct instructions kept (~2 KB each, ~10 kernels' worth); the table restarts when full
 _shared: dict = {}
 
 
