@@ -29,6 +29,7 @@ check that both produce the same bytes (tests/test_build_speed.py).
 from __future__ import annotations
 
 import bisect
+import copy
 import os
 from dataclasses import dataclass
 
@@ -66,7 +67,23 @@ if _missing:
 
 class KernelFunction(_function.Function):
     """PeachPy's ``Function`` with an ``add_instruction`` that finds an instruction's constant
-    without ``Instruction.constant`` (a generator and two imports per instruction)."""
+    without ``Instruction.constant`` (a generator and two imports per instruction), and
+    :meth:`add_shared` for the instructions ``jit.asm`` shares between places."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._checked: set[int] = set()  # ids of shared instructions add_instruction accepted
+        self._shared_here: dict = {}  # jit.asm's shared instructions that name a constant
+
+    def add_shared(self, instruction) -> None:
+        """Add an instruction ``jit.asm`` shares: through :meth:`add_instruction` the first
+        time in this function, appended after that (its target checks passed, its
+        indentation is part of its sharing key and it has no label or constant)."""
+        if id(instruction) in self._checked:
+            self._instructions.append(instruction)
+        else:
+            self.add_instruction(instruction)
+            self._checked.add(id(instruction))
 
     def add_instruction(self, instruction) -> None:
         # The steps of PeachPy's add_instruction, in its order and with its errors.
@@ -102,6 +119,7 @@ def assemble(function: _function.Function, abi=system_v_x86_64_abi) -> Assembled
     it: the lean path where :func:`_scan` lets it, else PeachPy's."""
     written = _scan(function, abi)
     if written is None:
+        _unshare(function._instructions)
         return assemble_reference(function, abi)
     function.detach()
     function._add_default_labels()
@@ -125,6 +143,18 @@ def assemble_reference(function: _function.Function, abi=system_v_x86_64_abi) ->
     )
 
 
+def _unshare(instructions: list) -> None:
+    """Give each place its own copy of the instructions ``jit.asm`` shares between places
+    (``_int8jit_shared``): PeachPy's pipeline records per-place state (liveness) on them."""
+    for i, instruction in enumerate(instructions):
+        if getattr(instruction, "_int8jit_shared", False):
+            # The copies keep the constant the function's scope named (as when a template
+            # uses one Constant twice).
+            constant = _constant_of(instruction)
+            instructions[i] = copy.deepcopy(instruction, {} if constant is None else {id(constant): constant})
+            del instructions[i]._int8jit_shared
+
+
 # -- which functions qualify ---------------------------------------------------------------
 def _scan(function: _function.Function, abi) -> set[int] | None:
     """Physical ids of the general-purpose registers the code writes, or None when the
@@ -137,7 +167,11 @@ def _scan(function: _function.Function, abi) -> set[int] | None:
     if len(arguments) > _MAX_REGISTER_ARGUMENTS or not all(a.is_integer or a.is_pointer for a in arguments):
         return None
     written: set[int] = set()
+    seen: set[int] = set()  # instructions jit.asm shares appear many times; one look each
     for instruction in function._instructions:
+        if id(instruction) in seen:
+            continue
+        seen.add(id(instruction))
         if instruction.avx_mode is False:
             return None
         if type(instruction).__module__ == _PSEUDO_MODULE and not _plain_pseudo(instruction):
@@ -361,15 +395,27 @@ def _encode_once(instructions: list, kinds: list) -> list:
     encoded with displacement 0 and get relocations). ``Instruction.encode`` is a function
     of the instruction's encoders and its operands' fields, both in :func:`_encoding_key`;
     a kernel repeats most of its instructions (one in six to ten is distinct), so the
-    bytes of an equal key are reused.
+    bytes of an equal key are reused. An instruction ``jit.asm`` shares is one object at
+    all its places, keyed by the key it was shared under (class, indentation, operands
+    as given), which no ``_encoding_key`` equals (those hold a tuple of encoders where it
+    holds the indentation).
     """
     keys = []
     done: dict[tuple, bytes] = {}
     for ins, kind in zip(instructions, kinds):
-        key = None if kind is not None else _encoding_key(ins)
-        keys.append(key)
         if kind is not None:
+            keys.append(None)
             continue
+        shared = ins.__dict__.get("_int8jit_shared")
+        if shared is not None:
+            # One object wherever jit.asm shares it, keyed by what it was built from; its
+            # bytes (perhaps from an earlier kernel) are valid at any address.
+            keys.append(shared)
+            if ins.bytecode is None:
+                ins.bytecode = bytearray(ins.encode())
+            continue
+        key = _encoding_key(ins)
+        keys.append(key)
         if key is None:
             ins.bytecode = ins.encode()
             continue
@@ -529,7 +575,16 @@ def _listing(instructions: list, keys: list) -> str:
     """
     lines = []
     done: dict[tuple, str] = {}
+    shared: dict[int, str] = {}  # an instruction jit.asm shares prints the same line at every place
     for number, (ins, key) in enumerate(zip(instructions, keys), start=1):
+        line = shared.get(id(ins))
+        if line is not None:
+            lines.append(line)
+            continue
+        if getattr(ins, "_int8jit_shared", False):
+            line = shared[id(ins)] = ins.format("peachpy", indent=True, line_number=number)
+            lines.append(line)
+            continue
         if key is None or any(type(operand) is MaskedRegister for operand in ins.operands):
             lines.append(ins.format("peachpy", indent=True, line_number=number))
             continue

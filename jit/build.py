@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -45,20 +47,8 @@ def generate(
     ``jit.backend.assemble`` finishes the function: a lean path for code that names
     physical registers only (every kernel here), PeachPy's own pipeline otherwise.
     """
-    from jit import asm, backend
-
-    if _reference_backend:
-        function_type, assemble = asm.Function, backend.assemble_reference
-    else:
-        function_type, assemble = backend.KernelFunction, backend.assemble
-    function = function_type(name, tuple(arguments), None, target=_target(isa))
-    function.attach()  # what `with function:` does, with the exit left to `assemble`
-    try:
-        emit()
-    except BaseException:
-        function.detach()
-        raise
-    assembled = assemble(function, asm.abi.system_v_x86_64_abi)
+    with _collector_paused():
+        assembled = _assemble(name, isa, tuple(arguments), emit)  # the function is freed on return
     return GeneratedCode(
         name=name,
         isa=isa,
@@ -69,6 +59,55 @@ def generate(
         listing=assembled.listing,
         meta=dict(meta or {}),
     )
+
+
+def _assemble(name: str, isa: str, arguments: tuple, emit: Callable[[], None]):
+    from jit import asm, backend
+
+    if _reference_backend:
+        function_type, assemble = asm.Function, backend.assemble_reference
+    else:
+        function_type, assemble = backend.KernelFunction, backend.assemble
+    function = function_type(name, arguments, None, target=_target(isa))
+    function.attach()  # what `with function:` does, with the exit left to `assemble`
+    try:
+        emit()
+    except BaseException:
+        function.detach()
+        raise
+    return assemble(function, asm.abi.system_v_x86_64_abi)
+
+
+_collector_lock = threading.Lock()
+_collector_depth = 0
+_collector_was_enabled = False
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a kernel is generated.
+
+    Generation allocates tens of thousands of short-lived objects (PeachPy operands,
+    instructions, encodings), which set off 5-20 young collections per kernel and, every
+    few kernels, a collection of the whole process (40-50k objects once numpy and PeachPy
+    are imported: ~15 ms), for objects that reference counting frees anyway. Paused, a
+    generation costs the collector one young collection, on the first allocation after
+    the outermost generation ends (even on an error) and its objects are gone; the
+    collector is switched back on only if it was on.
+    """
+    global _collector_depth, _collector_was_enabled
+    with _collector_lock:
+        if _collector_depth == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _collector_depth += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_depth -= 1
+            if _collector_depth == 0 and _collector_was_enabled:
+                gc.enable()
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,11 +6,15 @@ maps the code without paying PeachPy again. Writes go to a temporary file and ar
 renamed into place, so two processes writing the same entry at once are safe. The folder
 is ``INT8JIT_CACHE_DIR`` (default ``~/.cache/int8jit``), bounded by
 ``INT8JIT_CACHE_MAX_MB`` (default 256; the oldest entries go first);
-``INT8JIT_DISK_CACHE=0`` turns it off.
+``INT8JIT_DISK_CACHE=0`` turns it off. Beside the entries, one small file per jit/ folder
+keeps the digest of its sources with their sizes and modification times
+(:func:`_code_digest`).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import pickle
 import tempfile
@@ -36,17 +40,75 @@ def _disk_enabled() -> bool:
 
 def _code_digest() -> str:
     """A digest of the code generators' sources (jit/*.py): an edited template or output
-    stage must never be served stale from the disk cache."""
+    stage must never be served stale from the disk cache.
+
+    Reading and hashing the sources costs 0.5-1 ms, most of a fresh process's first
+    creation from the disk cache, so the digest is kept in the cache folder beside the
+    sources' names, sizes and modification times (``_digest_index``) and reused while
+    those are unchanged: the test Python applies before it trusts a cached ``.pyc`` of
+    the same files, so a kernel is never newer or older than the code the process runs.
+    """
     global _digest
     if _digest is None:
-        h = hashlib.sha256()
-        folder = os.path.dirname(os.path.abspath(__file__))
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(".py"):
-                with open(os.path.join(folder, name), "rb") as f:
-                    h.update(name.encode() + b"\0" + f.read())
-        _digest = h.hexdigest()[:16]
+        _digest = _source_digest(os.path.dirname(os.path.abspath(__file__)))
     return _digest
+
+
+def _source_digest(folder: str) -> str:
+    """:func:`_hash_sources` of ``folder``, through the index in the cache folder."""
+    try:
+        names = sorted(name for name in os.listdir(folder) if name.endswith(".py"))
+        stamp = [[name, st.st_size, st.st_mtime_ns] for name in names for st in (os.stat(os.path.join(folder, name)),)]
+    except OSError:
+        stamp = None
+    use_index = stamp is not None and _disk_enabled()
+    index = _digest_index(folder)
+    if use_index:
+        try:
+            with open(index, encoding="utf-8") as f:
+                stored = json.load(f)
+            if stored["folder"] == folder and stored["sources"] == stamp and type(stored["digest"]) is str:
+                return stored["digest"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    digest = _hash_sources(folder)
+    if use_index:
+        _write_atomically(index, json.dumps({"folder": folder, "sources": stamp, "digest": digest}).encode())
+    return digest
+
+
+def _hash_sources(folder: str) -> str:
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
+def _digest_index(folder: str) -> str:
+    """The file in the cache folder that holds the digest of one jit/ folder's sources."""
+    return os.path.join(cache_dir(), f"sources-{hashlib.sha256(folder.encode()).hexdigest()[:16]}.json")
+
+
+def _write_atomically(path: str, data: bytes) -> bool:
+    """Write ``data`` to a temporary file in ``path``'s folder and rename it into place, so
+    a reader (or another writer) sees the old file or the new one, never a part."""
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
+        return True
+    except OSError:
+        return False  # a read-only or full disk only costs the work again next time
 
 
 _digest: str | None = None
@@ -67,16 +129,10 @@ def _read_disk(key: Hashable) -> GeneratedCode | None:
 
 
 def _write_disk(key: Hashable, generated: GeneratedCode) -> None:
-    folder = cache_dir()
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump((repr(key), generated), f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, _path(key))
-        _prune(folder)
-    except OSError:
-        pass  # a read-only or full disk only costs regeneration next time
+    data = pickle.dumps((repr(key), generated), protocol=pickle.HIGHEST_PROTOCOL)
+    if _write_atomically(_path(key), data):
+        with contextlib.suppress(OSError):
+            _prune(cache_dir())
 
 
 def _prune(folder: str) -> None:
