@@ -172,6 +172,7 @@ class _Stage:
         self.vb, self.lanes = ctx.path.vector_bytes, ctx.path.lanes
         self.free = list(ctx.free_vectors)
         self.g, self.t, self.val, self.addr = ctx.free_gprs[:4]
+        self.constants: dict = {}
 
     # -- small helpers -------------------------------------------------------------------
     def field(self, name: str, index: int = 0, size: int = 8):
@@ -183,7 +184,13 @@ class _Stage:
         return self.g
 
     def const(self, value: float, name: str):
-        return vector_constant(self.path, [float(value)], name)
+        """A broadcast f32 constant, one object per stage (the clamp bounds come back for
+        every accumulator; PeachPy merges equal constants, so the bytes are the same)."""
+        key = (float(value), name)
+        constant = self.constants.get(key)
+        if constant is None:
+            constant = self.constants[key] = vector_constant(self.path, [float(value)], name)
+        return constant
 
     def broadcast(self, dst, address) -> None:
         self.asm.VBROADCASTSS(dst, self.asm.dword[address])
