@@ -62,6 +62,23 @@ def faithful_model(policy: str, isa: str) -> bool:
     return policy == "faithful" and not isa.endswith("vnni")
 
 
+def check_dst_changed_in_place(execute, dst) -> None:
+    """A dst reshaped (its first two dims merged) or made read-only in place after a call
+    is checked again and refused (a replay must not take it), and accepted once restored.
+    ``execute()`` runs the primitive on the arguments that hold ``dst``."""
+    shape = dst.shape
+    dst.shape = (shape[0] * shape[1], 1) + shape[2:]
+    with pytest.raises(ValueError, match="dst"):
+        execute()
+    dst.shape = shape
+    execute()
+    dst.flags.writeable = False
+    with pytest.raises(ValueError, match="dst"):
+        execute()
+    dst.flags.writeable = True
+    execute()
+
+
 # ------------------------------------------------------------------ guard pages
 
 PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
