@@ -71,7 +71,7 @@ from primitives.reference import dst_scale_inverse, output_pipeline, wrap_int32
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
-from runtime.threads import resolve_threads, run_chunks, split
+from runtime.threads import resolve_threads, split
 
 declare(ARGS_CDEF)
 _from_buffer = ffi.from_buffer
@@ -591,7 +591,7 @@ class DepthwiseConv(Primitive):
         (``local.held`` keeps those alive)."""
         local = self._local
         function, structs = local.held[0].function, local.structs
-        run = partial(function, structs[0]) if len(structs) == 1 else CallPlan([[(function, s)] for s in structs]).run
+        run = partial(function, structs[0]) if len(structs) == 1 else self._call_plan(function, structs).run
         replay = Replay(run)
         if replay.remember(args, self._by_value, (DST,)):
             local.replay = replay
@@ -747,8 +747,17 @@ class DepthwiseConv(Primitive):
                 ffi.memmove(s, template, len(template))
                 structs.append(s)
             local.structs = structs
-            local.held = None
+            local.held = local.calls = None
         return structs
+
+    def _call_plan(self, function, structs: list) -> CallPlan:
+        """This thread's chunks as one pool run of ``function`` (kept while the kernel,
+        which depends on the zero point's route, stays the same)."""
+        local = self._local
+        cached = getattr(local, "calls", None)
+        if cached is None or cached[0] is not function:
+            cached = local.calls = (function, CallPlan([[(function, s)] for s in structs]))
+        return cached[1]
 
     def _run(self, a: dict, scratchpad, key: tuple | None = None) -> bool:
         """Run the kernel over ``a`` (name -> ndarray, weights also a packed Memory);
@@ -785,7 +794,7 @@ class DepthwiseConv(Primitive):
             s.src0, s.dst0 = src_ptr + src_off, dst_ptr + dst_off
             for i, base in binaries:
                 s.po_src[i] = base
-        run_chunks(params.function, structs)
+        self._call_plan(params.function, structs).run()
         return True
 
 
