@@ -46,3 +46,29 @@ def test_quick_run_writes_markdown(tmp_path):
     table = md.read_text()
     assert "| 8x16x32 | u8s8 |" in table
     assert "int8jit error" not in table
+
+
+def test_single_thread_rows_pin_every_side_to_one_core():
+    """_pin narrows this process (and the oneDNN child it starts next) to its first
+    allowed CPUs; _unpin restores the mask; all cores' rows are not pinned."""
+    import os
+
+    import pytest
+
+    from tools import bench_primitives as bp
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    allowed = os.sched_getaffinity(0)
+    assert bp._pin(len(allowed)) is None and os.sched_getaffinity(0) == allowed
+    if len(allowed) < 2:
+        pytest.skip("one CPU: nothing to narrow")
+    saved = bp._pin(1)
+    try:
+        assert os.sched_getaffinity(0) == {min(allowed)}
+        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+        assert child.stdout.strip() == str([min(allowed)])
+    finally:
+        bp._unpin(saved)
+    assert os.sched_getaffinity(0) == allowed

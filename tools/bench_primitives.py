@@ -989,6 +989,29 @@ def _onednn_create(spec_json) -> None:
     os._exit(0)
 
 
+def _pin(nthreads: int):
+    """Pin this process, and so the oneDNN child started next, to its first ``nthreads``
+    allowed CPUs; returns the mask to restore (None: nothing pinned).
+
+    On a shared host the cores are not alike: a neighbour's load lands on one core and
+    not the other. Unpinned, the two sides of a single-thread row could run on different
+    cores, and their ratio moved by up to 0.3 between runs; on one core it moves by a few
+    percent.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if nthreads >= len(allowed):
+        return None
+    os.sched_setaffinity(0, allowed[:nthreads])
+    return allowed
+
+
+def _unpin(allowed) -> None:
+    if allowed is not None:
+        os.sched_setaffinity(0, allowed)
+
+
 def run(bench: str, argv=None) -> int:
     ap = argparse.ArgumentParser(prog=f"int8jit-bench {bench}", description=COMMAND_HELP[bench])
     ap.add_argument("--isa", help=f"comma-separated ISA paths ({', '.join(LADDER)}); default: the CPU's best")
@@ -1025,7 +1048,8 @@ def run(bench: str, argv=None) -> int:
             f"load average {os.getloadavg()[0]:.2f} (other work on the cores skews the figures)",
             f"oneDNN:  {onednn.version() + ' from ' + str(onednn.library_path()) if ok else why}",
             f"timing:  interleaved windows, best of >= {min_rounds} and >= {min_time:g} s per side; "
-            f"ratio = int8jit GOPS / oneDNN GOPS"]
+            f"ratio = int8jit GOPS / oneDNN GOPS; rows of fewer threads than cores run every side (and the peak) "
+            f"on the same first cores"]
     for line in head:
         print(line)
     md = [f"`int8jit-bench {bench}`", "", *[f"- {line}" for line in head]]
@@ -1040,6 +1064,7 @@ def run(bench: str, argv=None) -> int:
         block: list[Result] = []
         for nthreads in threads:
             server = None
+            pinned = _pin(nthreads)
             try:
                 server = OneDNNServer(isa, nthreads)
             except Unavailable as exc:
@@ -1057,6 +1082,7 @@ def run(bench: str, argv=None) -> int:
             finally:
                 if server is not None:
                     server.close()
+                _unpin(pinned)
         if peak is not None:  # the best window of the whole run counts in the CSV and markdown
             changed = any(r.peak != peak.best for r in block)
             for r in block:
