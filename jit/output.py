@@ -3,7 +3,7 @@
 Every kernel that accumulates int8 products (GEMM, matmul, inner product, convolution)
 ends in this code. Per accumulator lane (row m, column n) it computes::
 
-    v = acc + col_comp[n] (+ row_comp[m])         int32, wrapping (s8 shift, zero points)
+    v = acc (+ col_comp[n]) (+ row_comp[m])       int32, wrapping (s8 shift, zero points)
     integer mode (no float stage):
         v = v (+ dst_old)                         int32, wrapping; stored as s32
     float mode:
@@ -22,7 +22,10 @@ ends in this code. Per accumulator lane (row m, column n) it computes::
 Each operation is one IEEE f32 instruction (no FMA, no approximations), so
 ``primitives.reference.output_pipeline`` reproduces the bits in numpy. The clamp is
 ``x < hi ? x : hi`` then ``x > lo ? x : lo`` (VMINPS/VMAXPS operand order), which sends
-NaN to the type's upper bound. Stores, dst reads and full/per-column binary operands
+NaN to the type's upper bound. The lower half is emitted only where the conversion
+does not already give its result (:func:`needs_lower_clamp`): after the upper clamp no
+NaN is left, and VCVTPS2DQ turns anything below -2^31 into -2^31, which VPMOVSDB and
+the AVX2 packs saturate to the type's minimum. Stores, dst reads and full/per-column binary operands
 are masked by the number of valid columns, so tails never touch memory past a row's
 end; AVX2 has no byte-masked store, so u8/s8 tails go out through a GPR in 4/2/1-byte
 pieces. Per-column scale, bias and dst zero point are padded by the driver to whole
@@ -30,7 +33,7 @@ tiles and read unmasked.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jit.dot import Path, vector_constant
 
@@ -69,6 +72,9 @@ class OutputSpec:
     """The structure of the output stage (part of the kernel key; values are run-time)."""
 
     row_comp: bool = False
+    # False where the primitive knows every column compensation is 0 (a u8 source without
+    # a zero point): the stage then neither reads nor adds it.
+    col_comp: bool = True
     float_mode: bool = False
     accumulate: bool = False  # integer mode: dst += old dst (GEMM with beta == 1)
     scale: str = "none"  # "none" | "common" | "col"
@@ -77,6 +83,10 @@ class OutputSpec:
     dst_scale: bool = False
     dst_zp: str = "none"  # "none" | "common" | "col"
     dst_dt: str = "s32"
+    # The kernel may assume a dst scale > 0 and dst zero points >= 0 (which then keep the
+    # values post-ops left >= 0 so, see needs_lower_clamp). The primitive checks the
+    # values at each execution and runs the kernel of the spec without it for others.
+    dst_params_nonneg: bool = False
 
     def __post_init__(self):
         if self.dst_dt not in DST_TYPES:
@@ -108,6 +118,59 @@ class OutputSpec:
     @property
     def dst_bytes(self) -> int:
         return DST_BYTES[self.dst_dt]
+
+
+# Eltwise algorithms whose result is >= 0 or NaN for every input (relu only with
+# alpha == 0; clip only with a lower bound >= 0), and those that keep that property.
+_NONNEG_ALGS = ("abs", "square", "sqrt", "exp", "logistic")
+_SIGN_KEEPING_ALGS = ("round",)
+
+
+def needs_lower_clamp(path: Path, spec: OutputSpec) -> bool:
+    """Whether the store must clamp to the dst type's lower bound in f32.
+
+    Not for s32 (VCVTPS2DQ gives -2^31, the bound, for anything below it), nor for s8 on
+    AVX-512 (VPMOVSDB saturates) or u8/s8 on AVX2 (the packs saturate); for u8 on AVX-512
+    (VPMOVDB truncates) only where the values are known to be >= 0 or NaN: after relu
+    with nothing later that can make them negative.
+    """
+    if not spec.float_mode or spec.dst_dt in ("f32", "s32"):
+        return False
+    if path.bits != 512 or spec.dst_dt == "s8":
+        return False
+    if (spec.dst_scale or spec.dst_zp != "none") and not spec.dst_params_nonneg:
+        return True  # run-time values of any sign
+    return not _post_ops_nonneg(spec.post_ops)
+
+
+def _post_ops_nonneg(post_ops) -> bool:
+    """Whether the chain leaves every value >= 0 or NaN (-0 included), whatever its input."""
+    nonneg = False
+    for op in post_ops:
+        if isinstance(op, EltwiseOp) and (op.alg in _NONNEG_ALGS or (op.alg == "relu" and op.alpha == 0.0)
+                                          or (op.alg == "clip" and op.alpha >= 0.0)):
+            nonneg = True
+        elif not (isinstance(op, EltwiseOp) and op.alg in _SIGN_KEEPING_ALGS):
+            nonneg = False
+    return nonneg
+
+
+def assume_dst_params_nonneg(spec: OutputSpec) -> OutputSpec:
+    """``spec`` with ``dst_params_nonneg`` where assuming it drops the store's lower clamp
+    (u8 after relu, then a dst scale or zero point), else ``spec`` itself."""
+    if spec.float_mode and spec.dst_dt == "u8" and (spec.dst_scale or spec.dst_zp != "none") \
+            and _post_ops_nonneg(spec.post_ops):
+        return replace(spec, dst_params_nonneg=True)
+    return spec
+
+
+def for_dst_params(spec: OutputSpec, dst_scale_inv: float, dst_zp) -> OutputSpec:
+    """The spec to run with these values: ``spec``, or without ``dst_params_nonneg`` where a
+    dst scale is not > 0 (NaN included) or a dst zero point (an array, or None) is < 0."""
+    if not spec.dst_params_nonneg or (dst_scale_inv > 0 and (dst_zp is None or dst_zp.size == 0
+                                                             or dst_zp.min() >= 0)):
+        return spec
+    return replace(spec, dst_params_nonneg=False)
 
 
 def _eltwise():
@@ -173,6 +236,7 @@ class _Stage:
         self.free = list(ctx.free_vectors)
         self.g, self.t, self.val, self.addr = ctx.free_gprs[:4]
         self.constants: dict = {}
+        self.lower_clamp = needs_lower_clamp(ctx.path, ctx.spec)
 
     # -- small helpers -------------------------------------------------------------------
     def field(self, name: str, index: int = 0, size: int = 8):
@@ -244,7 +308,7 @@ class _Stage:
         if spec.dst_scale and spare:
             self.held["dst_scale"] = spare.pop()
             self.broadcast(self.held["dst_scale"], self.field("dst_scale_inv"))
-        per_column = ["col_comp"] + [name for name, kind in (("scale", spec.scale), ("bias", spec.bias),
+        per_column = ["col_comp"] * spec.col_comp + [name for name, kind in (("scale", spec.scale), ("bias", spec.bias),
                                                              ("dst_zp", spec.dst_zp)) if kind == "col"]
         for v in range(self.nr):
             col = self.ctx.col_bytes * 1 + v * self.vb
@@ -264,7 +328,8 @@ class _Stage:
 
     def one(self, a, i: int, v: int) -> None:
         asm, spec, ctx, vb, tmp = self.asm, self.spec, self.ctx, self.vb, self.tmp
-        asm.VPADDD(a, a, self.column("col_comp", v))
+        if spec.col_comp:
+            asm.VPADDD(a, a, self.column("col_comp", v))
         if spec.row_comp:
             asm.VPBROADCASTD(tmp, asm.dword[self.base("row_comp") + ctx.row_bytes * 1 + 4 * i])
             asm.VPADDD(a, a, tmp)
@@ -363,7 +428,8 @@ class _Stage:
             return
         lo, hi = DST_RANGE[dt]
         asm.VMINPS(a, a, self.const(hi, f"{dt}_upper"))
-        asm.VMAXPS(a, a, self.const(lo, f"{dt}_lower"))
+        if self.lower_clamp:
+            asm.VMAXPS(a, a, self.const(lo, f"{dt}_lower"))
         asm.VCVTPS2DQ(a, a)
         if dt == "s32":
             self.masked_store(self.ctx.c_row(i) + v * self.vb, a, v)
@@ -372,9 +438,10 @@ class _Stage:
         if self.wide:
             import peachpy.x86_64 as px
 
-            asm.VPMOVDB(px.oword[address](self.masks[v]), a)  # values are in range: truncation is exact
+            # u8: in range (clamped, or known >= 0), so truncation is exact; s8: saturated
+            (asm.VPMOVDB if dt == "u8" else asm.VPMOVSDB)(px.oword[address](self.masks[v]), a)
             return
-        # ymm: 8 s32 -> 8 bytes in the low qword of tmp (in range, so the packs do not saturate)
+        # ymm: 8 s32 -> 8 bytes in the low qword of tmp (the packs saturate below the range)
         asm.VEXTRACTI128(self.tmp.as_xmm, a, 1)
         asm.VPACKSSDW(self.tmp.as_xmm, a.as_xmm, self.tmp.as_xmm)
         (asm.VPACKUSWB if dt == "u8" else asm.VPACKSSWB)(self.tmp.as_xmm, self.tmp.as_xmm, self.tmp.as_xmm)

@@ -44,6 +44,7 @@ import numpy as np
 
 from jit.dot import Path
 from jit.gemm_kernel import DEFAULT_MR, MAX_MR, choose_tile
+from jit.output import for_dst_params
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
@@ -321,7 +322,8 @@ class ConvolutionDesc(PrimitiveDesc):
         self._layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
         self.fast = self._layout.decide(attr.policy if attr.policy != "halve_weights" else "faithful")
         self.halve = attr.policy == "halve_weights" and self.fast.path.kind != "vnni"
-        plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve)
+        plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve,
+                           col_comp=src_md.dt == "s8" or SRC in attr.zero_points)
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         if weights_md.is_any:
             weights_md = packed_desc(weights_md.dims, "s8", self._layout, self._layout.nbytes())
@@ -360,14 +362,14 @@ class ConvolutionDesc(PrimitiveDesc):
             return False
         return g.positions * g.k_per_position * g.ocg >= g.n * _prod(g.src) * g.icg
 
-    def _kernel_for(self, choice: Choice):
+    def _kernel_for(self, choice: Choice, output=None):
         g = self.geometry
         if self._flat_src():  # one GEMM over all pixels, split between threads (see _plan)
             parts = 1 if self._split_columns() else self.threads
             mr, rows = DEFAULT_MR, tuple(e - b for b, e in split(g.n * _prod(g.out), parts, 8))
         else:  # each output row is a run of row blocks
             mr, rows = conv_tile(choice.path, g)[0], (g.out[2],)
-        return kernel_of(choose_tile(choice.path, self.src_s8, self.output, choice.nr, mr, positions=True,
+        return kernel_of(choose_tile(choice.path, self.src_s8, output or self.output, choice.nr, mr, positions=True,
                                      outer=True, rows=rows))
 
     def _key_extra(self):
@@ -555,8 +557,9 @@ class _Convolution(GemmKernels, Primitive):
             binaries.append((i, kind, np.ascontiguousarray(arr, np.float32).reshape(-1)))
             copied = copied or not np.may_share_memory(binaries[-1][2], v.array)
         dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
+        output = for_dst_params(pd.output, dst_scale, mem[zero_points(DST)].array if zero_points(DST) in mem else None)
 
-        plan = self._plan(packs, a, pixel, c, sp)
+        plan = self._plan(packs, a, pixel, c, sp, output)
         a_ptr, c_ptr = pointer_to(a), pointer_to(c)
         for s, a_off, c_off, col0, row0 in plan["items"]:
             s.a, s.c = a_ptr + a_off, c_ptr + c_off
@@ -582,9 +585,9 @@ class _Convolution(GemmKernels, Primitive):
             return Replay(run, by_value=(BIAS,))
         return None
 
-    def _plan(self, packs, a, pixel: int, c, sp) -> dict:
+    def _plan(self, packs, a, pixel: int, c, sp, output) -> dict:
         pd, g = self.pd, self.pd.geometry
-        key = (tuple((id(p), ch.path) for p, ch in packs), a.ctypes.data, c.ctypes.data, sp.ctypes.data)
+        key = (tuple((id(p), ch.path) for p, ch in packs), a.ctypes.data, c.ctypes.data, sp.ctypes.data, output)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -631,7 +634,7 @@ class _Convolution(GemmKernels, Primitive):
             else:  # thread t: its items, all tiles (in L2-sized chunks)
                 chunks = split(packed.tiles, min(n_chunks, packed.tiles))
                 work = [(items[b:e], chunks) for b, e in split(len(items), threads)]
-            kernel = self._kernel(choice)
+            kernel = self._kernel(choice, output)
             out = OutputArgs(col_comp=cols[0].view(np.int32)[grp])
             if pd._scale_kind != "none":
                 out.scale = Operand(cols[1][grp], pd._scale_kind)

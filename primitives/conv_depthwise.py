@@ -60,6 +60,7 @@ from functools import partial
 
 import numpy as np
 
+from jit.output import OutputSpec, for_dst_params
 from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS, DwKernelSpec, block_columns,
                                    zp_route)
 from primitives import verbose
@@ -315,7 +316,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
         attr.validate({SRC: src_md, WEIGHTS: weights_md, DST: dst_md}, "depthwise convolution",
                       scales_masks={SRC: (0,), WEIGHTS: wmasks, DST: (0,)}, zero_points_args=(SRC, DST),
                       zero_points_masks={SRC: (0,), DST: (0, 2)}, max_sums=1)
-        plan = output_plan(attr, dst_md, bias_md, self._broadcast)
+        plan = output_plan(attr, dst_md, bias_md, self._broadcast, col_comp=False)  # the kernel subtracts zero points
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_dt = src_md.dt
         self.has_src_zp = SRC in attr.zero_points
@@ -353,9 +354,10 @@ class DepthwiseConvDesc(PrimitiveDesc):
         if verbose.enabled("dispatch"):
             verbose.dispatch(self.kind, self.impl_name(), "chosen: groups == IC == OC, NHWC")
 
-    def kernel_spec(self, zp: str) -> DwKernelSpec:
+    def kernel_spec(self, zp: str, output: OutputSpec | None = None) -> DwKernelSpec:
+        """``output``: the stage to run, where not the descriptor's (``jit.output.for_dst_params``)."""
         g = self.geo
-        return DwKernelSpec(self.isa, self.src_dt, zp, self.output, self._pixels, g.kw, g.sw, g.dw,
+        return DwKernelSpec(self.isa, self.src_dt, zp, output or self.output, self._pixels, g.kw, g.sw, g.dw,
                             dot=self._dot)
 
     @staticmethod
@@ -468,7 +470,7 @@ class DepthwiseConv(Primitive):
 
     def __init__(self, pd: DepthwiseConvDesc):
         super().__init__(pd)
-        self._kernels = {pd.spec.zp: pd._kernel(pd.spec)}
+        self._kernels = {(pd.spec.zp, pd.output): pd._kernel(pd.spec)}
         g = pd.geo
         cp = pd.c_pad
         P = pd.spec.pixels
@@ -493,8 +495,6 @@ class DepthwiseConv(Primitive):
         self._comp = None  # (packed weights, K, table): the last compensation table
         # 64-byte aligned, as every vector the kernel reads whole: a zmm load across two cache lines
         # costs two (the weights, the output stage's per-channel vectors)
-        self._zeros = aligned_zeros(cp + pd.lanes, np.int32)  # col_comp: the zero point is subtracted in the kernel
-        self._zeros_p = pointer_to(self._zeros)
         self._w_cache = None
         self._w_payload_seen = None
         self._params = None
@@ -523,7 +523,6 @@ class DepthwiseConv(Primitive):
             s.w_tap, s.w_tap3, s.w_kh = w_tap, 3 * w_tap, g.kw * w_tap
             s.dst_px, s.row_dst = g.c * dst_bytes, g.ow * g.c * dst_bytes
             s.ow_lo, s.ow_hi = ow_lo, ow_hi
-            s.col_comp = self._zeros_p
             s.dst_scale_inv = 1.0
             for i, e in enumerate(pd.attr.post_ops):
                 s.po_scale[i] = e.scale if isinstance(e, Sum) else 1.0
@@ -540,10 +539,10 @@ class DepthwiseConv(Primitive):
     def impl_info(self) -> dict:
         return self.pd.impl_info()
 
-    def _kernel(self, route: str):
-        kernel = self._kernels.get(route)
+    def _kernel(self, route: str, output: OutputSpec):
+        kernel = self._kernels.get((route, output))
         if kernel is None:
-            kernel = self._kernels[route] = self.pd._kernel(self.pd.kernel_spec(route))
+            kernel = self._kernels[route, output] = self.pd._kernel(self.pd.kernel_spec(route, output))
         return kernel
 
     # -- execution ----------------------------------------------------------------------
@@ -699,12 +698,14 @@ class DepthwiseConv(Primitive):
             dst_zp_p = pointer_to(vec)
         zp_src = int(a[zero_points(SRC)][0]) if pd.has_src_zp else 0
         route = zp_route(pd.src_dt, zp_src) if zp_src else "none"
-        kernel = self._kernel(route)
-        spec = pd.kernel_spec(route)
+        dst_scale = dst_scale_inverse(ds[0]) if ds is not None else 1.0
+        output = for_dst_params(pd.output, dst_scale, a.get(zero_points(DST)))
+        kernel = self._kernel(route, output)
+        spec = pd.kernel_spec(route, output)
         wei_offset = 4 * pd._weights_layout.section if spec.dot else 0
         comp_k = zp_src if spec.comp else None
         params = _Params(key, tuple(arrays), scale_p, bias_p, dst_zp_p,
-                         dst_scale_inverse(ds[0]) if ds is not None else 1.0, zp_src, kernel.function, wei_offset,
+                         dst_scale, zp_src, kernel.function, wei_offset,
                          comp_k)
         if scratchpad is None:
             self._params = params

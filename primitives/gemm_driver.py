@@ -186,11 +186,12 @@ class GemmKernels:
     """Mixin of the primitives that run GEMM kernels chosen per execution: the kernels
     (``pd._kernel_for(choice)``), kept per path, and impl_info() naming those that ran."""
 
-    def _kernel(self, choice):
+    def _kernel(self, choice, output=None):
+        """``output``: the stage to run, where not the descriptor's (``jit.output.for_dst_params``)."""
         kernels = self.__dict__.setdefault("_kernels", {})
-        key = (choice.path, choice.nr)
+        key = (choice.path, choice.nr, output)
         if key not in kernels:
-            kernels[key] = self.pd._kernel_for(choice)
+            kernels[key] = self.pd._kernel_for(choice, output)
         return kernels[key]
 
     def impl_info(self) -> dict:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jit.output import for_dst_params
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
@@ -128,7 +129,8 @@ class _GemmBasedDesc(PrimitiveDesc):
                                                       if self.kind == "matmul" else (0, 1), DST: (0,)},
                       zero_points_args=(SRC, DST), zero_points_masks={SRC: (0,), DST: (0, col_mask)},
                       max_sums=1)
-        plan = output_plan(attr, dst_md, bias_md, lambda src1, i: self._broadcast(src1, dst_md, i))
+        plan = output_plan(attr, dst_md, bias_md, lambda src1, i: self._broadcast(src1, dst_md, i),
+                           col_comp=src_md.dt == "s8" or SRC in attr.zero_points)
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_s8 = src_md.dt == "s8"
         self.fast = decide(self.isa, policy, None, N)
@@ -165,11 +167,11 @@ class _GemmBasedDesc(PrimitiveDesc):
         raise ValueError(f"post_ops[{index}]: binary operand dims {dims} against dst {out}: {self.kind} takes one "
                          "value, one per column, one per row or a full operand (with dst's batch dims)")
 
-    def _kernel_for(self, choice: Choice):
+    def _kernel_for(self, choice: Choice, output=None):
         # One GEMM of all rows when one weight matrix serves the batch, else one per item;
         # threads split rows in whole blocks, so only this remainder needs a tail block.
         rows = self.M * self.batch if self.weights_batch == 1 else self.M
-        return gemm_kernel(choice, self.src_s8, self.output, rows=(rows,))
+        return gemm_kernel(choice, self.src_s8, output or self.output, rows=(rows,))
 
     def _key_extra(self):
         return (self.kind,)
@@ -330,6 +332,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             refresh(views["last"], "dst_zp", zp.tobytes(), put_zp)
         zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
         dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
+        output = for_dst_params(pd.output, dst_scale, mem[zero_points(DST)].array if zero_points(DST) in mem else None)
         ao = zp_src + (128 if pd.src_s8 else 0)
         # With one weight matrix the batch is one GEMM of batch*M rows.
         flat = pd.weights_batch == 1
@@ -349,7 +352,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 a4 = views["a4"][: 4 * rows].reshape(rows, 4)
                 a4[:, :K] = a.view(np.uint8)
                 a, lda = a4.view(a.dtype), 4
-            plan = self._plan(packed, choice, views, lda, rows)
+            plan = self._plan(packed, choice, views, lda, rows, output)
             for st in plan.structs:
                 st.dst_scale_inv = dst_scale
             for i, kind in pd._binary:
@@ -387,9 +390,9 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             src1 = np.broadcast_to(src1.reshape(shape[1:]), shape)
         return np.ascontiguousarray(src1, np.float32)
 
-    def _plan(self, packed, choice, views, lda, rows):
+    def _plan(self, packed, choice, views, lda, rows, output):
         pd = self.pd
-        kernel = self._kernel(choice)
+        kernel = self._kernel(choice, output)
         key = (id(packed), kernel.address, views["sp"].ctypes.data, lda, rows)
         plan = self._plans.get(key)
         if plan is not None:

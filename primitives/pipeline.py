@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
+from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp, assume_dst_params_nonneg
 from primitives.attr import DST, SRC, WEIGHTS, Attr, Eltwise, Sum
 from primitives.memory import MemoryDesc
 
@@ -30,10 +30,13 @@ class OutputPlan:
 
 
 def output_plan(attr: Attr, dst_md: MemoryDesc, bias_md: MemoryDesc | None,
-                broadcast: Callable[[MemoryDesc, int], str], *, extra_scale: bool = False) -> OutputPlan:
+                broadcast: Callable[[MemoryDesc, int], str], *, extra_scale: bool = False,
+                col_comp: bool = True) -> OutputPlan:
     """The output stage for ``attr``; ``broadcast(src1_desc, index)`` names a binary operand's
     broadcast ("common", "col", "row", "full") or raises naming ``post_ops[index]``.
-    ``extra_scale``: a scale is applied even without scale attributes (halve_weights' 2)."""
+    ``extra_scale``: a scale is applied even without scale attributes (halve_weights' 2).
+    ``col_comp``: whether the column compensation can be nonzero (s8 source, or a source
+    zero point); without it the stage spends no instruction on it."""
     post, binary = [], []
     for i, e in enumerate(attr.post_ops):
         if isinstance(e, Eltwise):
@@ -47,10 +50,11 @@ def output_plan(attr: Attr, dst_md: MemoryDesc, bias_md: MemoryDesc | None,
     has_scale = SRC in attr.scales or WEIGHTS in attr.scales or extra_scale
     scale_kind = ("col" if attr.scales_mask(WEIGHTS) else "common") if has_scale else "none"
     zp_dst = attr.zero_points_mask(DST)
-    spec = OutputSpec(float_mode=True, scale=scale_kind, bias="none" if bias_md is None else "col",
+    spec = OutputSpec(col_comp=col_comp, float_mode=True, scale=scale_kind, bias="none" if bias_md is None else "col",
                       post_ops=tuple(post), dst_scale=DST in attr.scales,
                       dst_zp="none" if zp_dst is None else ("col" if zp_dst else "common"), dst_dt=dst_md.dt)
+    spec = assume_dst_params_nonneg(spec)  # (the primitives check the values: jit.output.for_dst_params)
     if dst_md.dt == "s32" and scale_kind == "none" and not post and bias_md is None and zp_dst is None \
             and DST not in attr.scales:
-        spec = OutputSpec()  # the plain int32 sums: no float stage, wrapping as the GEMM's integer mode
+        spec = OutputSpec(col_comp=col_comp)  # the plain int32 sums: no float stage, wrapping as the GEMM's integer mode
     return OutputPlan(spec, scale_kind, tuple(binary))

@@ -19,6 +19,8 @@ Example::
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 INT32_UPPER_F32 = np.float32(2147483520.0)
@@ -82,7 +84,10 @@ def gemm_sum(a: np.ndarray, b: np.ndarray, ao: int, bo: int, faithful: bool) -> 
 
 
 def dst_scale_inverse(scale) -> float:
-    """The factor the output pipeline multiplies by for a dst scale: f32(1) / f32(scale)."""
+    """The factor the output pipeline multiplies by for a dst scale: f32(1) / f32(scale)
+    (+-inf for +-0, without numpy's warning)."""
+    if scale == 0:
+        return math.copysign(math.inf, float(scale))
     return float(np.float32(1) / np.float32(scale))
 
 

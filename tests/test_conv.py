@@ -60,7 +60,7 @@ def problems(draw):
                 strides=strides, size=tuple(size), n=draw(st.integers(1, 2)),
                 src_dt=draw(st.sampled_from(["u8", "s8"])), dst_dt=draw(st.sampled_from(list(NP))),
                 zp_src=draw(st.sampled_from([None, 0, 5])), wscale=draw(st.sampled_from([None, 0, "oc"])),
-                s_src=draw(st.sampled_from([None, 0.25])), zp_dst=draw(st.sampled_from([None, 3])),
+                s_src=draw(st.sampled_from([None, 0.25])), zp_dst=draw(st.sampled_from([None, 3, -2])),
                 bias=draw(st.booleans()), post=post, layout=draw(st.integers(0, 1)),
                 policy=draw(st.sampled_from(["exact", "faithful", "halve_weights"])),
                 packed=draw(st.booleans()), seed=draw(st.integers(0, 2**31)))
