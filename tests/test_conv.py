@@ -308,3 +308,24 @@ def test_guard_pages(isa_path, guarded):
             v = conv_sum(np.moveaxis(x, -1, 1), w, (1, 1), (pad, pad), (pad, pad), (0, 0))
             want = output_pipeline(_to_rows(v), dst_dt="u8", scale=np.float32([0.01]))
             np.testing.assert_array_equal(dst.reshape(-1, 9), want)
+
+
+def test_big_weight_tiles_prefetch_b_ahead(isa_path):
+    """A column tile of B more than twice L1's share (256 channels x 3x3 on AVX-512; AVX2
+    narrows its tiles instead) is prefetched ahead of the K loop; a small one (32
+    channels) is not; both bit for bit."""
+    import primitives.conv as conv
+    from primitives.conv import ConvolutionDesc as Desc
+
+    for icg, big in ((256, True), (32, False)):
+        p = dict(sp=2, groups=1, icg=icg, ocg=40, ker=(3, 3), dil=(0, 0), pad_l=(1, 1), pad_r=(1, 1),
+                 strides=(1, 1), size=(5, 6), n=1, src_dt="u8", dst_dt="u8", zp_src=None, wscale="oc", s_src=0.05,
+                 zp_dst=None, bias=True, post=[("eltwise", "relu", 0.0, 0.0)], layout=0, policy="exact", packed=True,
+                 seed=11)
+        got, ref = run_case(p, isa_path)
+        np.testing.assert_array_equal(got, ref)
+        pd = Desc(desc((1, icg, 5, 6), "u8", "nhwc"), desc((40, icg, 3, 3), "s8", "any"),
+                  desc((1, 40, 5, 6), "u8", "nhwc"), padding_l=(1, 1), padding_r=(1, 1), isa=isa_path)
+        kspec = pd._kernel_for(pd.fast).meta["kspec"]
+        want = conv._b_tile_bytes(kspec.path, pd.geometry, kspec.nr) > 2 * conv._L1_BUDGET
+        assert bool(kspec.prefetch_ahead) is want and (want or not big or kspec.path.bits == 256)
