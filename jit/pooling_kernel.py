@@ -72,6 +72,7 @@ SRC_TYPES = ("u8", "s8")
 DT_SIZE = {"u8": 1, "s8": 1, "s32": 4, "f32": 4}
 BIG = 4  # pieces per big block
 UNROLLED = (2, 3)  # window sizes unrolled in the code (addresses base + pix_bytes * {0, 1, 2})
+S16_WINDOW = {"u8": 257, "s8": 256}  # most window pixels whose sums fit s16 lanes (see s16_sums)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,10 @@ class PoolKernelSpec:
     dst_dt: str
     kw: int = 0  # UNROLLED: window rows of this width are unrolled; 0: run-time loop only
     kh: int = 0  # UNROLLED (with kw): whole interior windows are straight-line code
+    # avg on AVX-512: sums in s16 lanes (u8: windows of at most S16_WINDOW["u8"] pixels
+    # stay below 65536, read as unsigned; s8: S16_WINDOW["s8"] within [-32768, 32767]),
+    # so a piece is 32 channels: half the widening loads and adds of s32 sums.
+    s16_sums: bool = False
 
     def __post_init__(self):
         for name, value in (("kw", self.kw), ("kh", self.kh)):
@@ -100,6 +105,8 @@ class PoolKernelSpec:
             raise ValueError(f"dst_dt: {self.alg} pooling of {self.src_dt} writes {' or '.join(allowed)}, "
                              f"got {self.dst_dt!r}")
         fast_path(self.isa)  # validates the ISA name
+        if self.s16_sums and (self.is_max or self.bits != 512):
+            raise ValueError("s16_sums: only avg pooling on AVX-512 sums in s16 lanes")
 
     @property
     def path(self) -> Path:
@@ -115,8 +122,8 @@ class PoolKernelSpec:
 
     @property
     def piece_channels(self) -> int:
-        """Channels per piece: a vector of bytes (max), or of s32 lanes (avg)."""
-        return self.bits // 8 if self.is_max else self.bits // 32
+        """Channels per piece: a vector of bytes (max), or of s32 (avg) or s16 lanes (s16_sums)."""
+        return self.bits // 8 if self.is_max else self.bits // (16 if self.s16_sums else 32)
 
     @property
     def dst_size(self) -> int:
@@ -125,7 +132,8 @@ class PoolKernelSpec:
     @property
     def name(self) -> str:
         kw = (f"_kh{self.kh}" if self.kh else "") + (f"_kw{self.kw}" if self.kw else "")
-        return f"pool_{self.alg}_{self.src_dt}{self.dst_dt}{kw}_{self.isa}"
+        sums = "_s16" if self.s16_sums else ""
+        return f"pool_{self.alg}_{self.src_dt}{self.dst_dt}{kw}{sums}_{self.isa}"
 
     def blocks(self, channels: int) -> tuple[int, int, int]:
         """(big blocks, small blocks, tail channels) for ``channels`` channels."""
@@ -167,7 +175,7 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     acc = [V(i) for i in range(BIG)]
     tmp = [V(4 + i) for i in range(BIG)]
     vdiv, vinit, vperm = V(8), V(9), V(10)
-    kmask = asm.KRegister(physical_id=1)
+    kmask, kmask_hi = asm.KRegister(physical_id=1), asm.KRegister(physical_id=2)
     avg = not spec.is_max
     signed = spec.src_dt == "s8"
     piece_bytes = spec.piece_channels  # source bytes per piece (1 byte per channel)
@@ -185,6 +193,9 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     if wide:
         if spec.is_max:
             asm.KMOVQ(kmask, asm.qword[A("tail_mask")[0]])
+        elif spec.s16_sums:
+            asm.KMOVD(kmask, asm.dword[A("tail_mask")[0]])
+            asm.KSHIFTRD(kmask_hi, kmask, 16)  # the upper 16 channels' s32 lanes
         else:
             asm.KMOVW(kmask, asm.word[A("tail_mask")[0]])
     elif avg and spec.dst_size == 1:
@@ -215,6 +226,10 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
                     x = tmp[p].as_xmm
                     _load_bytes(asm, x, address, width)
                     vmax(acc[p].as_xmm, acc[p].as_xmm, x)
+            elif spec.s16_sums:
+                widen = asm.VPMOVSXBW if signed else asm.VPMOVZXBW
+                widen(tmp[p](kmask.z) if masked else tmp[p], asm.yword[address])
+                asm.VPADDW(acc[p], acc[p], tmp[p])
             else:
                 widen = asm.VPMOVSXBD if signed else asm.VPMOVZXBD
                 if width is None and not masked:
@@ -227,9 +242,34 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
                     widen(tmp[p], x)
                 asm.VPADDD(acc[p], acc[p], tmp[p])
 
+    def finish_s16(n: int, masked: bool) -> None:
+        """s16 sums: each piece's two halves widened to s32 lanes, divided, converted and
+        stored (16 channels each) at rdx."""
+        dsz = spec.dst_size
+        widen = asm.VPMOVSXWD if signed else asm.VPMOVZXWD
+        lo, hi = tmp[0], tmp[1]
+        for p in range(n):
+            asm.VEXTRACTI64X4(hi.as_ymm, acc[p], 1)
+            widen(lo, acc[p].as_ymm)
+            widen(hi, hi.as_ymm)
+            for half, (x, k) in enumerate(((lo, kmask), (hi, kmask_hi))):
+                asm.VCVTDQ2PS(x, x)
+                asm.VDIVPS(x, x, vdiv)
+                if spec.dst_dt != "f32":
+                    asm.VCVTPS2DQ(x, x)
+                address = rdx + (2 * p + half) * 16 * dsz
+                if dsz == 4:
+                    asm.VMOVDQU32(asm.zword[address](k) if masked else asm.zword[address], x)
+                else:
+                    down = asm.VPMOVSDB if signed else asm.VPMOVUSDB
+                    down(asm.oword[address](k) if masked else asm.oword[address], x)
+
     def finish(n: int, width: int | None, masked: bool) -> None:
         """Divide (avg), convert and store acc[0..n) at rdx."""
         dsz = spec.dst_size
+        if spec.s16_sums:
+            finish_s16(n, masked)
+            return
         if avg:
             for p in range(n):
                 asm.VCVTDQ2PS(acc[p], acc[p])

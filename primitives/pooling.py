@@ -41,13 +41,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jit.pooling_kernel import ARGS_CDEF, SIGNATURE, UNROLLED, PoolKernelSpec
+from jit.dot import fast_path
+from jit.pooling_kernel import ARGS_CDEF, S16_WINDOW, SIGNATURE, UNROLLED, PoolKernelSpec
 from primitives.attr import Attr
 from primitives.base import Primitive, PrimitiveDesc, Replay
 from primitives.memory import Memory, MemoryDesc, desc
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
-from runtime.threads import resolve_threads, run_chunks, split
+from runtime.pool import CallPlan
+from runtime.threads import resolve_threads, split
 
 declare(ARGS_CDEF, (SIGNATURE,))
 
@@ -204,7 +206,9 @@ class PoolingDesc(PrimitiveDesc):
             pt=padding_l[0] if nd == 2 else 0, pl=padding_l[-1])
         kw = self._geo.kw if self._geo.kw in UNROLLED else 0
         kh = self._geo.kh if kw and self._geo.kh in UNROLLED else 0
-        self.spec = PoolKernelSpec(self.isa, self.alg, src.dt, dst.dt, kw=kw, kh=kh)
+        s16 = self.alg != "max" and fast_path(self.isa).bits == 512 and \
+            self._geo.kh * self._geo.kw <= S16_WINDOW[src.dt]
+        self.spec = PoolKernelSpec(self.isa, self.alg, src.dt, dst.dt, kw=kw, kh=kh, s16_sums=s16)
 
     # -- queries (src_desc, dst_desc, scratchpad_desc: PrimitiveDesc's) -------------------
     def _route(self) -> str:
@@ -270,23 +274,28 @@ class Pooling(Primitive):
 
     def _execute(self, mem: dict, scratchpad) -> Replay:
         src, dst = mem[SRC].array, mem[DST].array
-        self._pool(src, dst)
         if self._route != "nchw_transpose":
-            return Replay(lambda: self._run(src, dst))  # the same arrays: checked already
+            self._check_apart(src, dst)
+            run = self._calls(src, dst)  # the same arrays next time: checked already
+            run()
+            return Replay(run)
+        self._pool(src, dst)
         return Replay(lambda: self._pool(src, dst))
 
-    def _pool(self, src: np.ndarray, dst: np.ndarray) -> None:
+    @staticmethod
+    def _check_apart(src: np.ndarray, dst: np.ndarray) -> None:
         if np.may_share_memory(src, dst):  # both dense: bounds that overlap share bytes
             raise ValueError("dst: overlaps src; pooling is not in place")
-        if self._route != "nchw_transpose":
-            self._run(src, dst)
-        else:
-            nd = src.ndim - 2
-            to_last = (0,) + tuple(range(2, 2 + nd)) + (1,)
-            s = np.ascontiguousarray(src.transpose(to_last))
-            d = np.empty(tuple(dst.shape[i] for i in to_last), dst.dtype)
-            self._run(s, d)
-            np.copyto(dst, d.transpose((0, nd + 1) + tuple(range(1, nd + 1))))
+
+    def _pool(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """The channels-first route: through channels-last copies."""
+        self._check_apart(src, dst)
+        nd = src.ndim - 2
+        to_last = (0,) + tuple(range(2, 2 + nd)) + (1,)
+        s = np.ascontiguousarray(src.transpose(to_last))
+        d = np.empty(tuple(dst.shape[i] for i in to_last), dst.dtype)
+        self._calls(s, d)()
+        np.copyto(dst, d.transpose((0, nd + 1) + tuple(range(1, nd + 1))))
 
     def _plan(self, g: _Geometry) -> list:
         """Per thread chunk: the argument struct's bytes (pointers zero) and the pointer offsets."""
@@ -313,18 +322,31 @@ class Pooling(Primitive):
             chunks.append((bytes(ffi.buffer(s)), n0 * img_bytes, begin * row_out))
         return chunks
 
-    def _run(self, src: np.ndarray, dst: np.ndarray) -> None:
-        # A fresh struct per chunk and call: the kernel keeps its row state in it, so two
-        # threads may execute one primitive at once.
+    def _calls(self, src: np.ndarray, dst: np.ndarray):
+        """A call that pools ``src`` into ``dst``: one kernel call per thread chunk.
+
+        The kernel keeps its row state in its struct, so each call first copies the
+        chunks' set-up bytes (pointers included) back into structs of its own; the
+        structs belong to this call object, which one thread runs at a time (a replay
+        is per thread; two threads on one primitive get one each).
+        """
         src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
-        structs = []
+        resets, calls = [], []
         for template, src_off, dst_off in self._chunks:
             s = ffi.new("struct i8j_pool_args *")
             ffi.memmove(s, template, len(template))
-            s.src = src_ptr + src_off
-            s.dst = dst_ptr + dst_off
-            structs.append(s)
-        run_chunks(self._fn, structs)
+            s.src, s.dst = src_ptr + src_off, dst_ptr + dst_off
+            resets.append((s, bytes(ffi.buffer(s)), len(template)))
+            calls.append([(self._fn, s)])
+        plan, memmove = CallPlan(calls), ffi.memmove
+        keep = (src, dst)  # the arrays the structs point at stay alive with the call
+
+        def run() -> None:
+            for s, start, size in resets:
+                memmove(s, start, size)
+            plan.run()
+        run.keep = keep
+        return run
 
 
 def _spatial_pairs(name: str, value, nd: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

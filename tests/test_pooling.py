@@ -184,6 +184,27 @@ def test_guard_pages(isa_path, guarded, alg, c):
         np.testing.assert_array_equal(dst.reshape(want.shape), want)
 
 
+@pytest.mark.parametrize("dt,fill", [("u8", 255), ("s8", -128), ("s8", 127)])
+@pytest.mark.parametrize("dst_dt", ("s32", "f32"))
+def test_avg_sums_at_the_s16_limit(isa_path, dt, fill, dst_dt):
+    """Average windows of the most pixels whose sums fit s16 lanes (AVX-512's s16_sums:
+    257 for u8, 256 for s8), all at the extreme value, and one pixel more (s32 sums):
+    exact. 1-D windows along W; 45 channels: one 32-channel piece and a tail."""
+    from jit.pooling_kernel import S16_WINDOW
+
+    c = 45
+    for k in (S16_WINDOW[dt], S16_WINDOW[dt] + 1):
+        x = np.full((1, k + 1, c), fill, DTYPES[dt])
+        x[0, 0] = 0  # the two windows differ
+        pd = pooling_desc("avg_include_padding", desc((1, c, k + 1), dt, "nwc"), desc((1, c, 2), dst_dt, "nwc"),
+                          1, k, 0, 0, isa=isa_path, threads=1)
+        y = Memory(pd.dst_desc())
+        pd.create().execute({"src": x, "dst": y})
+        np.testing.assert_array_equal(y.array, pooling_ref(x, "avg_include_padding", (k,), (1,), (0,), (0,), dst_dt))
+        wide = pd.spec.path.bits == 512
+        assert pd.spec.s16_sums is (wide and k == S16_WINDOW[dt])
+
+
 # ---------------------------------------------------------------------- bad input
 
 def _pd(**kw):
