@@ -51,7 +51,7 @@ KERNELS = {
     "gemm-avx512_core_vnni": _gemm("avx512_core_vnni", None, _FULL, 2, conv=True),
     "depthwise-avx2": lambda: depthwise_kernel.generate(depthwise_kernel.DwKernelSpec("avx2", "s8", "s16", _CONV)),
     "pooling-avx512": lambda: pooling_kernel.generate(
-        pooling_kernel.PoolKernelSpec("avx512_core", "avg_exclude_padding", "u8", "f32", kw=3, kh=3)),
+        pooling_kernel.PoolKernelSpec("avx512_core", "avg_exclude_padding", "u8", "f32", kw=3, kh=3, s16_sums=True)),
     "reorder-avx512": lambda: reorder_kernel.generate(
         reorder_kernel.ReorderKernelSpec("avx512_core", "f32", "u8", ("row", "none", "none", "col"))),
     "eltwise-avx2": lambda: eltwise.generate_chain(path_for("avx2"), (("gelu_erf",), ("tanh",), ("relu", 0.1))),
@@ -127,8 +127,9 @@ def _wide_corpus() -> dict:
         for alg in pooling_kernel.ALGS:
             for kw, kh in ((0, 0), (3, 3), (2, 0)):
                 for dst in ("u8",) if alg == "max" else ("u8", "f32"):
-                    spec = pooling_kernel.PoolKernelSpec(isa, alg, "u8", dst, kw, kh)
-                    corpus[f"pool {spec!r}"] = lambda spec=spec: pooling_kernel.generate(spec)
+                    for s16 in (False, True) if alg != "max" and isa.startswith("avx512") else (False,):
+                        spec = pooling_kernel.PoolKernelSpec(isa, alg, "u8", dst, kw, kh, s16)
+                        corpus[f"pool {spec!r}"] = lambda spec=spec: pooling_kernel.generate(spec)
     for isa in ("avx2", "avx512_core"):
         for src, dst, modes in (("f32", "u8", ("row", "none", "none", "col")),
                                 ("s8", "f32", ("col", "row", "row", "none")),
