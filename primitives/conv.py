@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jit.dot import Path
+from jit.copy_kernel import copy_kernel
 from jit.gemm_kernel import DEFAULT_MR, MAX_MR, choose_tile
 from jit.output import for_dst_params
 from primitives import verbose
@@ -64,6 +65,7 @@ POLICIES = ("exact", "faithful", "halve_weights")
 _ONE = np.ones(1, np.float32)
 _L2_BUDGET = 1 << 20  # bytes of packed B a thread keeps in L2 while it sweeps its images
 _L1_BUDGET = 40 << 10  # bytes of a column tile's B that stay in L1 (48 KB) across row blocks
+_ROWS_BY_THREADS = True  # whole-pixel 2-D sources: threads copy their padded rows (_Convolution._plan)
 
 
 def _tuple(name: str, value, n: int, lo: int) -> tuple:
@@ -505,6 +507,7 @@ class _Convolution(GemmKernels, Primitive):
         zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
         src = mem[SRC]
         copy_source = None  # the padded copy of the source, when the kernel cannot read it as is
+        rows_src = None  # or: the source whose rows the threads copy themselves (see _plan)
         if pd._direct_src():
             a, pixel = src.array, g.icg
         else:
@@ -525,7 +528,11 @@ class _Convolution(GemmKernels, Primitive):
             (d0, h0, w0) = g.pad_l
             interior = a[:, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg]
             pixel = G * g.icgp
-            copy_source = _source_copy(interior, x, a, g, zp_src)
+            if _ROWS_BY_THREADS and g.icg == g.icgp and g.src[0] == 1 and x.flags.c_contiguous \
+                    and np.may_share_memory(x, src.array):
+                rows_src = x  # whole pixels, 2-D, the user's channels-last array
+            else:
+                copy_source = _source_copy(interior, x, a, g, zp_src)
         dst = mem[DST]
         c_nhwc = None
         if pd._dst_tmp_bytes:  # a channels-first dst: computed channels-last, transposed after
@@ -574,7 +581,7 @@ class _Convolution(GemmKernels, Primitive):
         dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
         output = for_dst_params(pd.output, dst_scale, mem[zero_points(DST)].array if zero_points(DST) in mem else None)
 
-        plan = self._plan(packs, a, pixel, c, sp, output)
+        plan = self._plan(packs, a, pixel, c, sp, output, rows_src)
         a_ptr, c_ptr = pointer_to(a), pointer_to(c)
         for s, a_off, c_off, col0, row0 in plan["items"]:
             s.a, s.c = a_ptr + a_off, c_ptr + c_off
@@ -600,9 +607,14 @@ class _Convolution(GemmKernels, Primitive):
             return Replay(run, by_value=(BIAS,))
         return None
 
-    def _plan(self, packs, a, pixel: int, c, sp, output) -> dict:
+    def _plan(self, packs, a, pixel: int, c, sp, output, rows_src) -> dict:
+        """The kernel calls per thread. ``rows_src``: the source whose padded copy ``a`` the
+        threads fill themselves, each the rows its items read, right before their first
+        kernel call (the copy then runs in parallel and is still in L2 when read; a halo
+        row two threads both need is written twice with the same bytes)."""
         pd, g = self.pd, self.pd.geometry
-        key = (tuple((id(p), ch.path) for p, ch in packs), a.ctypes.data, c.ctypes.data, sp.ctypes.data, output)
+        key = (tuple((id(p), ch.path) for p, ch in packs), a.ctypes.data, c.ctypes.data, sp.ctypes.data, output,
+               None if rows_src is None else rows_src.ctypes.data)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -621,10 +633,10 @@ class _Convolution(GemmKernels, Primitive):
         image = Dp * Hp * Wp * pixel
         by_columns = pd._split_columns()
         parts = 1 if by_columns else pd.threads  # how many ways the pixels split
-        # Work items: (a offset, dst offset, rows m, outer blocks, first dst row).
+        # Work items: (a offset, dst offset, rows m, outer blocks, first dst row, its row copy).
         if pd._flat_src():  # one GEMM over every pixel
             total = g.n * OD * OH * OW
-            items = [(p0 * pixel, p0 * OC * dbytes, p1 - p0, 1, p0)
+            items = [(p0 * pixel, p0 * OC * dbytes, p1 - p0, 1, p0, None)
                      for p0, p1 in split(total, parts, 8)]
         else:
             per_image = max(1, parts // max(1, g.n * OD))
@@ -633,8 +645,9 @@ class _Convolution(GemmKernels, Primitive):
                 for od in range(OD):
                     for h0, h1 in split(OH, per_image):
                         row0 = ((n * OD + od) * OH + h0) * OW
+                        copy = None if rows_src is None else self._row_copy(rows_src, a, pixel, n, h0, h1)
                         items.append((n * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
-                                      OW, h1 - h0, row0))
+                                      OW, h1 - h0, row0, copy))
         threads = min(pd.threads, packs[0][0].tiles if by_columns else len(items))
         per_thread = [[] for _ in range(threads)]
         all_items, keep = [], [offsets]
@@ -662,9 +675,11 @@ class _Convolution(GemmKernels, Primitive):
                 out.po_zp.append(float(e.zero_point) if isinstance(e, Sum) else 0.0)
             keep.append((packed, out))
             for t, (its, tile_chunks) in enumerate(work):
-                for t0, t1 in tile_chunks:
+                for chunk, (t0, t1) in enumerate(tile_chunks):
                     c0, c1 = t0 * packed.tile_n, min(g.ocg, t1 * packed.tile_n)
-                    for a_off, c_off, m, outer, row0 in its:
+                    for a_off, c_off, m, outer, row0, copy in its:
+                        if copy is not None and chunk == 0 and grp == 0:
+                            per_thread[t].append(copy)
                         s = new_args(packed, k_pos, sw * pixel, OC * dbytes, out, c0, c1, row0, row0 + m)
                         s.outer, s.a_outer_stride, s.c_outer_stride = outer, sh * Wp * pixel, OW * OC * dbytes
                         s.pos_off = ffi.cast("int64_t *", pointer_to(offsets))
@@ -673,11 +688,31 @@ class _Convolution(GemmKernels, Primitive):
                         per_thread[t].append((kernel.function, s))
                         col0 = grp * g.ocg + c0
                         all_items.append((s, a_off + grp * g.icgp, c_off + col0 * dbytes, col0, row0))
+        keep.append(rows_src)
         plan = {"items": all_items, "calls": CallPlan(per_thread), "keep": keep}
         if len(self._plans) > 8:
             self._plans.clear()
         self._plans[key] = plan
         return plan
+
+
+    def _row_copy(self, x: np.ndarray, a: np.ndarray, pixel: int, n: int, h0: int, h1: int) -> tuple:
+        """The (kernel, args) call that copies the source rows output rows h0..h1-1 of
+        image n read into the padded buffer ``a`` (2-D: depth 1, whole pixels)."""
+        g = self.pd.geometry
+        _, IH, IW = g.src
+        _, Hp, Wp = g.padded
+        pt, pl = g.pad_l[1], g.pad_l[2]
+        reach = (g.ker[1] - 1) * (g.dil[1] + 1)
+        ih0 = max(0, h0 * g.stride[1] - pt)
+        ih1 = min(IH, (h1 - 1) * g.stride[1] - pt + reach + 1)
+        kernel = copy_kernel()
+        s = ffi.new("struct i8j_copy_args *")
+        s.src = pointer_to(x) + (n * IH + ih0) * IW * pixel
+        s.dst = pointer_to(a) + ((n * Hp + ih0 + pt) * Wp + pl) * pixel
+        s.rows, s.row_bytes = max(0, ih1 - ih0), IW * pixel
+        s.src_stride, s.dst_stride = IW * pixel, Wp * pixel
+        return kernel.function, s
 
 
 def _source_copy(interior: np.ndarray, x: np.ndarray, a: np.ndarray, g: Geometry, zp: int):

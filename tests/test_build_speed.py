@@ -24,7 +24,7 @@ import re
 import pytest
 
 from jit import asm, backend, build
-from jit import depthwise_kernel, eltwise, gemm_kernel, pooling_kernel, reorder_kernel
+from jit import copy_kernel, depthwise_kernel, eltwise, gemm_kernel, pooling_kernel, reorder_kernel
 from jit.dot import path_for
 from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
 
@@ -52,6 +52,7 @@ KERNELS = {
     "depthwise-avx2": lambda: depthwise_kernel.generate(depthwise_kernel.DwKernelSpec("avx2", "s8", "s16", _CONV)),
     "pooling-avx512": lambda: pooling_kernel.generate(
         pooling_kernel.PoolKernelSpec("avx512_core", "avg_exclude_padding", "u8", "f32", kw=3, kh=3, s16_sums=True)),
+    "copy-rows": copy_kernel.generate,
     "reorder-avx512": lambda: reorder_kernel.generate(
         reorder_kernel.ReorderKernelSpec("avx512_core", "f32", "u8", ("row", "none", "none", "col"))),
     "eltwise-avx2": lambda: eltwise.generate_chain(path_for("avx2"), (("gelu_erf",), ("tanh",), ("relu", 0.1))),

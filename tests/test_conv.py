@@ -329,3 +329,43 @@ def test_big_weight_tiles_prefetch_b_ahead(isa_path):
         kspec = pd._kernel_for(pd.fast).meta["kspec"]
         want = conv._b_tile_bytes(kspec.path, pd.geometry, kspec.nr) > 2 * conv._L1_BUDGET
         assert bool(kspec.prefetch_ahead) is want and (want or not big or kspec.path.bits == 256)
+
+
+@pytest.mark.parametrize("n,threads", [(1, 2), (3, 2), (2, 1)])
+def test_threads_copy_their_source_rows(isa_path, n, threads):
+    """Whole-pixel 2-D sources: each thread copies the padded rows its items read (halo
+    rows twice); a second call on the same arrays, with new source values, copies again."""
+    from primitives.conv import ConvolutionDesc as Desc
+
+    rng = np.random.default_rng(n)
+    C, H, W, OC = 16, 9, 7, 24
+    pd = Desc(desc((n, C, H, W), "u8", "nhwc"), desc((OC, C, 3, 3), "s8", "oihw"), desc((n, OC, H - 3, W), "s32", "nhwc"),
+              strides=(1, 1), padding_l=(0, 1), padding_r=(1, 1), dilation=(1, 0), isa=isa_path, threads=threads)
+    prim = pd.create()
+    x = rng.integers(0, 256, (n, H, W, C)).astype(np.uint8)
+    w = rng.integers(-128, 128, (OC, C, 3, 3)).astype(np.int8)
+    y = np.zeros((n, H - 3, W, OC), np.int32)  # H: dilated window of 5, padding 0 and 1
+    for _ in range(2):
+        prim.execute({"src": x, "weights": w, "dst": y})
+        want = conv_sum(np.moveaxis(x, -1, 1), w, (1, 1), (0, 1), (1, 1), (1, 0))
+        np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
+        x[...] = rng.integers(0, 256, x.shape)
+
+
+@pytest.mark.parametrize("where", ["end", "start"])
+def test_row_copies_stay_inside_the_source(isa_path, guarded, where):
+    """The threads' row copies read the source flush against a PROT_NONE page (rows of 7
+    pixels x 12 channels: 84 bytes, a 32-byte piece overlapping the last)."""
+    from primitives.conv import ConvolutionDesc as Desc
+
+    rng = np.random.default_rng(3)
+    n, C, H, W, OC = 2, 12, 6, 7, 8
+    pd = Desc(desc((n, C, H, W), "u8", "nhwc"), desc((OC, C, 3, 3), "s8", "oihw"), desc((n, OC, H, W), "s32", "nhwc"),
+              padding_l=(1, 1), padding_r=(1, 1), isa=isa_path, threads=2)
+    x = guarded(n * H * W * C, np.uint8, where).reshape(n, H, W, C)
+    x[...] = rng.integers(0, 256, x.shape)
+    w = rng.integers(-128, 128, (OC, C, 3, 3)).astype(np.int8)
+    y = np.zeros((n, H, W, OC), np.int32)
+    pd.create().execute({"src": x, "weights": w, "dst": y})
+    want = conv_sum(np.moveaxis(np.array(x), -1, 1), w, (1, 1), (1, 1), (1, 1), (0, 0))
+    np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
