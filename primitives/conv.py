@@ -353,8 +353,11 @@ class ConvolutionDesc(PrimitiveDesc):
     def _split_columns(self) -> bool:
         """Threads take column tiles (all output pixels each) rather than pixels (all
         tiles each): where the weights outweigh the source and there are fewer images
-        than threads. Each thread then streams its part of B only (res5's 2.4 MB 3x3
-        weights: 1.2 MB a core, which stays in L2), and 7 output rows need not split 4 + 3.
+        than threads, and, for layers read through the padded copy, where the weights
+        outgrow a thread's L2. Each thread then streams its part of B only (res5's 2.4 MB
+        3x3 weights: 1.2 MB a core, which stays in L2), and 7 output rows need not split
+        4 + 3. Weights that fit L2 split rows: each thread copies its own source rows
+        (res4 3x3/2, 590 KB of weights: +8-11% on two threads).
         """
         g = self.geometry
         if self.threads == 1 or g.groups > 1 or (not self._flat_src() and g.n * g.out[0] >= self.threads):
@@ -362,7 +365,10 @@ class ConvolutionDesc(PrimitiveDesc):
         choice = self.fast
         if -(-g.ocg // (choice.nr * choice.path.lanes)) < self.threads:
             return False
-        return g.positions * g.k_per_position * g.ocg >= g.n * _prod(g.src) * g.icg
+        b_bytes = g.positions * g.k_per_position * g.ocg
+        if not self._flat_src() and b_bytes <= _L2_BUDGET:
+            return False
+        return b_bytes >= g.n * _prod(g.src) * g.icg
 
     def _kernel_for(self, choice: Choice, output=None):
         g = self.geometry
@@ -528,8 +534,10 @@ class _Convolution(GemmKernels, Primitive):
             (d0, h0, w0) = g.pad_l
             interior = a[:, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg]
             pixel = G * g.icgp
-            if _ROWS_BY_THREADS and g.icg == g.icgp and g.src[0] == 1 and x.flags.c_contiguous \
-                    and np.may_share_memory(x, src.array):
+            # (Threads that split the columns would each copy every row, into the same lines:
+            # 2-6% slower than one copy before them.)
+            if _ROWS_BY_THREADS and g.icg == g.icgp and g.src[0] == 1 and not pd._split_columns() \
+                    and x.flags.c_contiguous and np.may_share_memory(x, src.array):
                 rows_src = x  # whole pixels, 2-D, the user's channels-last array
             else:
                 copy_source = _source_copy(interior, x, a, g, zp_src)
@@ -610,8 +618,8 @@ class _Convolution(GemmKernels, Primitive):
     def _plan(self, packs, a, pixel: int, c, sp, output, rows_src) -> dict:
         """The kernel calls per thread. ``rows_src``: the source whose padded copy ``a`` the
         threads fill themselves, each the rows its items read, right before their first
-        kernel call (the copy then runs in parallel and is still in L2 when read; a halo
-        row two threads both need is written twice with the same bytes)."""
+        kernel call (the copy then runs in parallel; a halo row two threads both need is
+        written twice with the same bytes)."""
         pd, g = self.pd, self.pd.geometry
         key = (tuple((id(p), ch.path) for p, ch in packs), a.ctypes.data, c.ctypes.data, sp.ctypes.data, output,
                None if rows_src is None else rows_src.ctypes.data)

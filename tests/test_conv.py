@@ -191,11 +191,15 @@ def test_short_rows_and_l2_order(isa_path, chunked, monkeypatch):
 
 
 @pytest.mark.parametrize("ker", [1, 3])
-def test_threads_split_columns(isa_path, ker):
+def test_threads_split_columns(isa_path, ker, monkeypatch):
     """Two threads and one image whose weights outweigh it: the threads take column tiles
-    (every pixel each), flat (1x1) and row by row (3x3, 7 output rows), bit for bit."""
+    (every pixel each), flat (1x1) and row by row (3x3, 7 output rows: its weights made
+    to outgrow L2's share, as res5's do), bit for bit."""
+    import primitives.conv as conv
     from primitives.conv import ConvolutionDesc as Desc
 
+    if ker == 3:
+        monkeypatch.setattr(conv, "_L2_BUDGET", 50 << 10)
     pad = ker // 2
     p = dict(sp=2, groups=1, icg=64, ocg=100, ker=(ker, ker), dil=(0, 0), pad_l=(pad, pad), pad_r=(pad, pad),
              strides=(1, 1), size=(7, 7), n=1, src_dt="u8", dst_dt="u8", zp_src=None, wscale="oc", s_src=0.05,
