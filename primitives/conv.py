@@ -536,9 +536,9 @@ class _Convolution(GemmKernels, Primitive):
             pixel = G * g.icgp
             # (Threads that split the columns would each copy every row, into the same lines:
             # 2-6% slower than one copy before them.)
-            if _ROWS_BY_THREADS and g.icg == g.icgp and g.src[0] == 1 and not pd._split_columns() \
+            if _ROWS_BY_THREADS and g.icg == g.icgp and g.padded[0] == 1 and not pd._split_columns() \
                     and x.flags.c_contiguous and np.may_share_memory(x, src.array):
-                rows_src = x  # whole pixels, 2-D, the user's channels-last array
+                rows_src = x  # whole pixels, one depth plane, the user's channels-last array
             else:
                 copy_source = _source_copy(interior, x, a, g, zp_src)
         dst = mem[DST]
@@ -706,7 +706,7 @@ class _Convolution(GemmKernels, Primitive):
 
     def _row_copy(self, x: np.ndarray, a: np.ndarray, pixel: int, n: int, h0: int, h1: int) -> tuple:
         """The (kernel, args) call that copies the source rows output rows h0..h1-1 of
-        image n read into the padded buffer ``a`` (2-D: depth 1, whole pixels)."""
+        image n read into the padded buffer ``a`` (one depth plane, unpadded; whole pixels)."""
         g = self.pd.geometry
         _, IH, IW = g.src
         _, Hp, Wp = g.padded

@@ -356,6 +356,16 @@ def test_threads_copy_their_source_rows(isa_path, n, threads):
         x[...] = rng.integers(0, 256, x.shape)
 
 
+def test_depth_padding_keeps_the_copy_before_the_threads(isa_path):
+    """A 3-D source of depth 1 padded in depth (found by hypothesis): the threads' row
+    copies assume one unpadded depth plane, so this one is copied before them."""
+    p = dict(sp=3, groups=1, icg=4, ocg=1, ker=(1, 1, 1), dil=(0, 0, 0), pad_l=(0, 0, 0), pad_r=(1, 0, 0),
+             strides=(1, 1, 1), size=(1, 1, 2), n=2, src_dt="u8", dst_dt="u8", zp_src=None, wscale=None, s_src=None,
+             zp_dst=None, bias=False, post=[], layout=0, policy="exact", packed=False, seed=0)
+    got, want = run_case(p, isa_path)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("where", ["end", "start"])
 def test_row_copies_stay_inside_the_source(isa_path, guarded, where):
     """The threads' row copies read the source flush against a PROT_NONE page (rows of 7
