@@ -562,6 +562,12 @@ class Series:
 # libgomp's idle workers spin (GOMP_SPINCOUNT, PAUSE loops: milliseconds) after oneDNN's
 # last call; with 2+ threads they would steal a core from int8jit's next window.
 SETTLE_S = 0.03
+# libgomp's default spin (300,000 PAUSE loops) outlasted SETTLE_S here: in interleaved
+# windows on two cores, oneDNN's and PyTorch's idle workers took a core from int8jit's
+# next window (two-thread rows at 0.3-0.7x that ran 0.9-1.3x without it). This count
+# keeps a side's workers awake between its own back-to-back calls (microseconds apart)
+# and asleep within about a millisecond of its window's end. A user's setting stays.
+GOMP_SPINCOUNT = "10000"
 
 
 def measure_interleaved(series: list[Series], min_time: float, min_rounds: int, peak=None,
@@ -1029,6 +1035,8 @@ def run(bench: str, argv=None) -> int:
     ap.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
     ap.add_argument("--markdown", metavar="FILE", help="also write the tables as markdown")
     args = ap.parse_args(argv)
+    # (before PyTorch's libgomp starts, and copied into the oneDNN children's environment)
+    os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
 
     from tools import onednn
     from tools.bench import cpu_brand, supported_isas
@@ -1049,7 +1057,8 @@ def run(bench: str, argv=None) -> int:
             f"oneDNN:  {onednn.version() + ' from ' + str(onednn.library_path()) if ok else why}",
             f"timing:  interleaved windows, best of >= {min_rounds} and >= {min_time:g} s per side; "
             f"ratio = int8jit GOPS / oneDNN GOPS; rows of fewer threads than cores run every side (and the peak) "
-            f"on the same first cores"]
+            f"on the same first cores; GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']} for oneDNN's and PyTorch's "
+            f"OpenMP workers"]
     for line in head:
         print(line)
     md = [f"`int8jit-bench {bench}`", "", *[f"- {line}" for line in head]]
