@@ -56,6 +56,7 @@ class ExecutableMemory:
         self.address = address
         self.const_address = address + code_span
         self._finalizer = weakref.finalize(self, _unmap, address, self.size)
+        self._kept = False
 
         patched = bytearray(code)
         for r in relocations:
@@ -84,12 +85,20 @@ class ExecutableMemory:
         return bytes(ffi.buffer(ffi.cast("char *", self.address), self.code_size))
 
     def _check_open(self) -> None:
-        if not self._finalizer.alive:
+        if self.closed:
             raise ValueError("executable memory was already released")
 
     @property
     def closed(self) -> bool:
-        return not self._finalizer.alive
+        return not (self._kept or self._finalizer.alive)
 
     def close(self) -> None:
-        self._finalizer()
+        if not self._kept:
+            self._finalizer()
+
+    def keep(self) -> None:
+        """Never unmap this mapping, not even at exit (weakref.finalize unmaps the others
+        then): for code that threads outside Python's control may still be running
+        while the interpreter shuts down, the thread pool's workers."""
+        self._finalizer.detach()
+        self._kept = True

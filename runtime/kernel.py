@@ -68,8 +68,15 @@ class Kernel:
         return self.function(*args)
 
     def close(self) -> None:
-        self._fn = None
+        """Unmap the code (a kept kernel's stays)."""
         self._memory.close()
+        if self._memory.closed:
+            self._fn = None
+
+    def keep(self) -> "Kernel":
+        """Never unmap this kernel's code (see ``ExecutableMemory.keep``); returns it."""
+        self._memory.keep()
+        return self
 
     @property
     def closed(self) -> bool:

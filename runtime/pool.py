@@ -18,7 +18,8 @@ import os
 import threading
 
 from jit import pool_kernel as pk
-from runtime.ffi import declare, ffi
+from runtime.execmem import MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE
+from runtime.ffi import declare, ffi, libc
 from runtime.kernel import Kernel
 
 declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE))
@@ -44,10 +45,12 @@ def _load() -> tuple:
                 assert ffi.offsetof("struct i8j_slot", field) == offset, field
             # A copy of the cached code of our own: jit.cache.clear_memory() unmaps the
             # cache's kernels, and a worker never leaves this code.
+            # Kept mapped even at exit: a worker may still be polling when the interpreter
+            # shuts down (weakref.finalize would unmap the code under it).
             own = []
             for name, generate in (("worker", pk.generate_worker), ("fork_join", pk.generate_fork_join)):
                 cached = cache.get_kernel(("pool", name), generate)
-                own.append(Kernel(cached.name, cached.code(), signature=cached.signature, isa=cached.isa))
+                own.append(Kernel(cached.name, cached.code(), signature=cached.signature, isa=cached.isa).keep())
             _kernels = tuple(own)
     return _kernels
 
@@ -57,7 +60,15 @@ class _Team:
 
     def __init__(self, size: int):
         worker, _ = _load()
-        self.slots = [ffi.new("struct i8j_slot *") for _ in range(size)]
+        # The slots live in a mapping that is never unmapped: at exit the interpreter
+        # frees its objects while a worker may still poll its slot. (Teams are reused; a
+        # process makes one per concurrent caller and team size.)
+        nbytes = -(-size * ffi.sizeof("struct i8j_slot") // 4096) * 4096
+        memory = libc.mmap(ffi.NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if int(ffi.cast("intptr_t", memory)) == -1:
+            raise MemoryError(f"mmap of {nbytes} bytes for the thread pool's slots failed (errno {ffi.errno})")
+        first = ffi.cast("struct i8j_slot *", memory)
+        self.slots = [first + i for i in range(size)]
         self.pointers = ffi.new("struct i8j_slot *[]", self.slots)
         for slot in self.slots:
             slot.spins = WORKER_SPINS

@@ -99,3 +99,45 @@ def test_parked_python_fallback(monkeypatch):
     for _ in range(50):
         plan.run()
     assert _counts(cells) == [[50, 50], [50]]
+
+
+def test_exit_while_a_worker_polls():
+    """The interpreter exits while a worker still polls its slot (made to poll for
+    seconds): the worker's code and slot stay mapped, so the process ends cleanly
+    (they were unmapped and freed at exit under it: SIGSEGV)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import numpy as np\n"
+        "import runtime.pool as rp\n"
+        "rp.WORKER_SPINS = 10**8\n"
+        "from jit.copy_kernel import copy_kernel\n"
+        "from runtime.ffi import ffi, pointer_to\n"
+        "k = copy_kernel()\n"
+        "a = np.ones(64, np.uint8); b = np.zeros(64, np.uint8)\n"
+        "s = ffi.new('struct i8j_copy_args *', dict(rows=1, row_bytes=64, src_stride=64, dst_stride=64))\n"
+        "s.src, s.dst = pointer_to(a), pointer_to(b)\n"
+        "rp.CallPlan([[(k.function, s)], [(k.function, s)]]).run()\n"
+        "assert b.all()\n"
+    )
+    if not pool.ENABLED or pool._cores() < 2:
+        pytest.skip("no spinning workers here (INT8JIT_SPIN_POOL=0 or one core)")
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+
+
+def test_kept_kernels_stay_mapped():
+    """Kernel.keep(): close() leaves the code mapped and callable (the pool's own copies)."""
+    from jit.copy_kernel import copy_kernel
+
+    cached = copy_kernel()
+    kept = Kernel("kept", cached.code(), signature=cached.signature).keep()
+    kept.close()
+    assert not kept.closed and kept.function is not None
+    plain = Kernel("plain", cached.code(), signature=cached.signature)
+    plain.close()
+    assert plain.closed
