@@ -121,7 +121,8 @@ class OutputSpec:
 
 
 # Eltwise algorithms whose result is >= 0 or NaN for every input (relu only with
-# alpha == 0; clip only with a lower bound >= 0), and those that keep that property.
+# alpha == 0; clip only with both bounds >= 0: it is min(beta, max(alpha, x)), so beta
+# wins where beta < alpha), and those that keep that property.
 _NONNEG_ALGS = ("abs", "square", "sqrt", "exp", "logistic")
 _SIGN_KEEPING_ALGS = ("round",)
 
@@ -148,7 +149,7 @@ def _post_ops_nonneg(post_ops) -> bool:
     nonneg = False
     for op in post_ops:
         if isinstance(op, EltwiseOp) and (op.alg in _NONNEG_ALGS or (op.alg == "relu" and op.alpha == 0.0)
-                                          or (op.alg == "clip" and op.alpha >= 0.0)):
+                                          or (op.alg == "clip" and min(op.alpha, op.beta) >= 0.0)):
             nonneg = True
         elif not (isinstance(op, EltwiseOp) and op.alg in _SIGN_KEEPING_ALGS):
             nonneg = False
