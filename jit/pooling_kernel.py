@@ -13,6 +13,8 @@ tensor, with the whole loop nest in the generated code::
                 for h in h0..h1-1: for w in w0..w1-1:   only valid input: padding never read
                     max: acc = VPMAXUB/VPMAXSB(acc, src[h][w][block])
                     avg: acc += VPMOVZXBD/VPMOVSXBD(src[h][w][block])
+                         (s16_sums: VPMOVZXBW/VPMOVSXBW and VPADDW, widened to s32 at
+                         the end: windows of up to 257 u8 / 256 s8 pixels on AVX-512)
                 avg: q = f32(acc) / f32(divisor)         VCVTDQ2PS, VDIVPS (IEEE, exact division
                                                           rounded once to f32)
                      dst f32: q;  s32: VCVTPS2DQ(q) (round to nearest even);

@@ -42,8 +42,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from jit.dot import Path
 from jit.copy_kernel import copy_kernel
+from jit.dot import Path
 from jit.gemm_kernel import DEFAULT_MR, MAX_MR, choose_tile
 from jit.output import for_dst_params
 from primitives import verbose
@@ -702,7 +702,6 @@ class _Convolution(GemmKernels, Primitive):
             self._plans.clear()
         self._plans[key] = plan
         return plan
-
 
     def _row_copy(self, x: np.ndarray, a: np.ndarray, pixel: int, n: int, h0: int, h1: int) -> tuple:
         """The (kernel, args) call that copies the source rows output rows h0..h1-1 of
