@@ -128,6 +128,16 @@ class _Geometry:
     pl: int
 
 
+def kernel_spec(isa: str, alg: str, src_dt: str, dst_dt: str, kh: int, kw: int) -> PoolKernelSpec:
+    """The kernel a ``kh`` x ``kw`` window gets on ``isa``: window rows of 2 or 3 unrolled
+    (whole windows too where the height is 2 or 3 as well), and s16 sums for averages of
+    windows small enough on AVX-512 (``jit.pooling_kernel.S16_WINDOW``)."""
+    unrolled_w = kw if kw in UNROLLED else 0
+    unrolled_h = kh if unrolled_w and kh in UNROLLED else 0
+    s16 = alg != "max" and fast_path(isa).bits == 512 and kh * kw <= S16_WINDOW[src_dt]
+    return PoolKernelSpec(isa, alg, src_dt, dst_dt, kw=unrolled_w, kh=unrolled_h, s16_sums=s16)
+
+
 class PoolingDesc(PrimitiveDesc):
     """A validated pooling problem: ``PoolingDesc(alg, src_desc, dst_desc, strides, kernel,
     padding_l, padding_r, attr=None, isa=None)``; ``.create()`` gives the primitive.
@@ -204,11 +214,7 @@ class PoolingDesc(PrimitiveDesc):
             n=src.dims[0], c=src.dims[1], ih=(h + spatial)[0], iw=spatial[-1], oh=(h + tuple(outs))[0],
             ow=outs[-1], kh=(h + kernel)[0], kw=kernel[-1], sh=(h + strides)[0], sw=strides[-1],
             pt=padding_l[0] if nd == 2 else 0, pl=padding_l[-1])
-        kw = self._geo.kw if self._geo.kw in UNROLLED else 0
-        kh = self._geo.kh if kw and self._geo.kh in UNROLLED else 0
-        s16 = self.alg != "max" and fast_path(self.isa).bits == 512 and \
-            self._geo.kh * self._geo.kw <= S16_WINDOW[src.dt]
-        self.spec = PoolKernelSpec(self.isa, self.alg, src.dt, dst.dt, kw=kw, kh=kh, s16_sums=s16)
+        self.spec = kernel_spec(self.isa, self.alg, src.dt, dst.dt, self._geo.kh, self._geo.kw)
 
     # -- queries (src_desc, dst_desc, scratchpad_desc: PrimitiveDesc's) -------------------
     def _route(self) -> str:

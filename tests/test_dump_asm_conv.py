@@ -37,3 +37,22 @@ def test_conv_usage_errors():
         run(["conv", "--ic", "6", "--oc", "8", "--hw", "8", "--groups", "4"], io.StringIO())
     with pytest.raises(UsageError, match="--window"):
         run(["conv", "--ic", "8", "--oc", "8", "--hw", "2", "--window", "5"], io.StringIO())
+
+
+@pytest.mark.parametrize("isa", LADDER)
+def test_pool_kernel_listing(isa):
+    """dump-asm pool: average windows of 7x7 sum in s16 lanes on AVX-512, in s32 on AVX2."""
+    out = io.StringIO()
+    assert run(["pool", "--alg", "avg_exclude_padding", "--window", "7", "--isa", isa], out) == 0
+    text = out.getvalue().lower()
+    assert "pool_avg_exclude_padding_u8u8" in text
+    assert ("vpmovzxbw zmm" in text and "vpaddw" in text) if isa.startswith("avx512") else "vpmovzxbd ymm" in text
+    out = io.StringIO()
+    assert run(["pool", "--window", "3", "--a-type", "s8", "--isa", isa], out) == 0
+    assert "vpmaxsb" in out.getvalue().lower()
+
+
+def test_copy_kernel_listing():
+    out = io.StringIO()
+    assert run(["copy"], out) == 0
+    assert "copy_rows" in out.getvalue() and "vmovdqu ymm" in out.getvalue().lower()

@@ -15,6 +15,10 @@ Kernels (``--list``)::
     conv   the kernel a convolution layer gets: --ic IC --oc OC --hw H [--window K]
            [--stride S] [--pad P] [--groups G] [--batch N] [--dst u8|s8|s32|f32] [--fused]
            (--fused: per-channel scales, bias and relu, as in an int8 ResNet)
+    pool   the pooling kernel of a window: [--alg max|avg_include_padding|avg_exclude_padding]
+           [--window K] [--a-type u8|s8] [--dst s32|f32|u8|s8] (avg: the dst type; max
+           writes the source type)
+    copy   the row copy a convolution's threads fill their padded source with
 
 A path the CPU lacks is generated and disassembled all the same (mapping code needs no
 CPU support); it is never executed. Examples::
@@ -23,6 +27,7 @@ CPU support); it is never executed. Examples::
     $ dump-asm peak --isa avx512_core_vnni --syntax att -o peak.s --bin peak.bin
     $ dump-asm gemm --m 64 --n 64 --k 64 --isa avx2 --policy faithful
     $ dump-asm conv --ic 64 --oc 64 --hw 56 --window 3 --pad 1 --fused
+    $ dump-asm pool --alg avg_exclude_padding --window 7 --isa avx512_core
 
 Exit status 0, or 2 for a usage error (unknown kernel, unknown ISA, bad option), with a
 one-line message on stderr.
@@ -39,6 +44,8 @@ KERNELS = {
     "peak": "the register-only peak loop of one path (jit.peak)",
     "gemm": "the GEMM microkernel(s) for --m/--n/--k (primitives.gemm, jit.gemm_kernel)",
     "conv": "the kernel of a convolution layer (primitives.conv: batch-reduce GEMM, or depthwise)",
+    "pool": "the pooling kernel of a --window (primitives.pooling, jit.pooling_kernel)",
+    "copy": "the row copy of a convolution's padded source (jit.copy_kernel)",
 }
 
 
@@ -73,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", type=int, default=default, help=f"conv: {what}")
     p.add_argument("--dst", default="u8", choices=("u8", "s8", "s32", "f32"), help="conv: dst data type")
     p.add_argument("--fused", action="store_true", help="conv: per-channel scales, bias and relu")
+    p.add_argument("--alg", default="max", choices=("max", "avg_include_padding", "avg_exclude_padding"),
+                   help="pool: algorithm")
     p.add_argument("--syntax", default="intel", choices=("intel", "att"), help="assembly syntax")
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write the listing to FILE")
     p.add_argument("--bin", metavar="FILE", default=None,
@@ -207,6 +216,25 @@ def _conv(args, isa: str):
             f"(path {choice.path.kind}; impl_info below is for {run_isa})"] + header, [kernel]
 
 
+def _pool(args, isa: str):
+    """The kernel a --window x --window pooling gets on ``isa`` (generated; run only by
+    the primitive where the CPU has the ISA)."""
+    from jit import cache
+    from jit.pooling_kernel import generate
+    from primitives.pooling import kernel_spec
+
+    dst = args.a_type if args.alg == "max" else args.dst
+    spec = kernel_spec(isa, args.alg, args.a_type, dst, args.window, args.window)
+    header = [f"pooling {args.alg} {args.window}x{args.window}, {args.a_type} -> {dst}: {spec}"]
+    return header, [cache.get_kernel(("pooling", spec), lambda: generate(spec))]
+
+
+def _copy(args, isa: str):
+    from jit.copy_kernel import ISA, copy_kernel
+
+    return [f"the convolution's padded-source row copy ({ISA}: every ISA path runs it)"], [copy_kernel()]
+
+
 def render(kernels, header: Sequence[str], syntax: str = "intel") -> str:
     """The listing: a comment header, then per kernel its name, size and instructions."""
     from jit.disasm import disassemble
@@ -233,7 +261,8 @@ def run(argv: Sequence[str] | None = None, out=None) -> int:
     if args.kernel not in KERNELS:
         raise UsageError(f"unknown kernel {args.kernel!r}; expected one of {', '.join(KERNELS)}")
     isa = _isa(args.isa)
-    header, kernels = {"demo": _demo, "peak": _peak, "gemm": _gemm, "conv": _conv}[args.kernel](args, isa)
+    header, kernels = {"demo": _demo, "peak": _peak, "gemm": _gemm, "conv": _conv, "pool": _pool,
+                       "copy": _copy}[args.kernel](args, isa)
     text = render(kernels, header, args.syntax)
     if args.output:
         with open(args.output, "w") as f:
