@@ -114,23 +114,24 @@ class Assembled:
     listing: str
 
 
-def assemble(function: _function.Function, abi=system_v_x86_64_abi) -> Assembled:
+def assemble(function: _function.Function, abi=system_v_x86_64_abi, listing: bool = True) -> Assembled:
     """Finish an emitted, still attached ``function`` (as leaving ``with`` would) and encode
-    it: the lean path where :func:`_scan` lets it, else PeachPy's."""
+    it: the lean path where :func:`_scan` lets it, else PeachPy's. ``listing``: print
+    the instructions too (else ``Assembled.listing`` is empty)."""
     written = _scan(function, abi)
     if written is None:
         _unshare(function._instructions)
-        return assemble_reference(function, abi)
+        return assemble_reference(function, abi, listing)
     function.detach()
     function._add_default_labels()
     function._check_undefined_labels()
     function._remove_unused_labels()
     _propagate_avx_state(function._instructions, *_control_flow(function))
     function._scope.assign_names()
-    return _encode(_LeanABIFunction(function, abi, written)._instructions, abi)
+    return _encode(_LeanABIFunction(function, abi, written)._instructions, abi, listing)
 
 
-def assemble_reference(function: _function.Function, abi=system_v_x86_64_abi) -> Assembled:
+def assemble_reference(function: _function.Function, abi=system_v_x86_64_abi, listing: bool = True) -> Assembled:
     """PeachPy's own pipeline: ``with`` exit, ``finalize`` and ``encode``."""
     function.__exit__(None, None, None)
     abi_function = function.finalize(abi)
@@ -139,7 +140,7 @@ def assemble_reference(function: _function.Function, abi=system_v_x86_64_abi) ->
         code=bytes(encoded.code_section.content),
         const=bytes(encoded.const_section.content),
         relocations=tuple((r.offset, r.program_counter, r.symbol.offset) for r in encoded.code_section.relocations),
-        listing=abi_function.format(),
+        listing=abi_function.format() if listing else "",
     )
 
 
@@ -344,7 +345,7 @@ class _LeanABIFunction(_function.ABIFunction):
 
 
 # -- encoding ----------------------------------------------------------------------------------
-def _encode(instructions: list, abi) -> Assembled:
+def _encode(instructions: list, abi, listing: bool = True) -> Assembled:
     """What PeachPy's ``EncodedFunction`` and ``ABIFunction.format`` make of the lowered
     instructions, on the list itself (PeachPy deep-copies it), asking each instruction for
     its constant once (PeachPy asks four times, through a generator with imports)."""
@@ -354,7 +355,7 @@ def _encode(instructions: list, abi) -> Assembled:
     keys = _encode_once(instructions, kinds)
     _relax_branches(instructions, kinds)
     code, relocations = _link(instructions, constants, keys, offsets)
-    return Assembled(code, const, relocations, _listing(instructions, keys))
+    return Assembled(code, const, relocations, _listing(instructions, keys) if listing else "")
 
 
 def _layout_constants(constants: list, abi) -> tuple[bytes, dict]:

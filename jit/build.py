@@ -30,7 +30,7 @@ class GeneratedCode:
     code: bytes
     const: bytes
     relocations: tuple[Relocation, ...]
-    listing: str
+    listing: str  # "" unless generated inside listings()
     meta: dict = field(default_factory=dict)
 
 
@@ -75,7 +75,7 @@ def _assemble(name: str, isa: str, arguments: tuple, emit: Callable[[], None]):
     except BaseException:
         function.detach()
         raise
-    return assemble(function, asm.abi.system_v_x86_64_abi)
+    return assemble(function, asm.abi.system_v_x86_64_abi, listing=_listings_wanted)
 
 
 _collector_lock = threading.Lock()
@@ -119,6 +119,21 @@ def _target(isa: str):
 
 
 _reference_backend = False
+# GeneratedCode.listing (PeachPy's text of the instructions) only inside listings(): the
+# tests compare it with PeachPy's own; dump-asm and INT8JIT_JIT_DUMP disassemble the
+# mapped bytes instead. Printing it was 2-3 ms of a 35-45 ms cold kernel.
+_listings_wanted = False
+
+
+@contextlib.contextmanager
+def listings() -> Iterator[None]:
+    """Kernels generated inside the block carry their PeachPy-syntax listing."""
+    global _listings_wanted
+    saved, _listings_wanted = _listings_wanted, True
+    try:
+        yield
+    finally:
+        _listings_wanted = saved
 
 
 @contextlib.contextmanager

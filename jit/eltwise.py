@@ -25,7 +25,7 @@ For the code that calls :func:`emit_eltwise` (the output stage):
 
 :func:`generate_apply` / :func:`generate_chain` build a stand-alone kernel
 ``void f(float *x, int64_t n)`` that applies one (or a chain of) post-op(s) in place,
-for tests and for looking at the code (``GeneratedCode.listing``).
+for tests and for looking at the code (``GeneratedCode.listing`` inside ``jit.build.listings()``).
 
 Assumed run-time state: MXCSR as every thread starts with it (round to nearest even,
 no flush-to-zero, no denormals-are-zero, exceptions masked). The model assumes the same.

@@ -14,6 +14,13 @@ import pytest
 from jit import asm, backend, build
 
 
+@pytest.fixture(autouse=True)
+def _listings():
+    """The tests compare listings with PeachPy's: kernels generated here carry theirs."""
+    with build.listings():
+        yield
+
+
 def _function(emit, arguments=(), isa="avx512_core"):
     return build.generate("f", isa, "void (*)(void)", arguments, emit)
 
@@ -23,9 +30,9 @@ def _capture(monkeypatch):
     seen = []
     original = backend._encode
 
-    def encode(instructions, abi):
+    def encode(instructions, abi, listing=True):
         seen.append(list(instructions))
-        return original(instructions, abi)
+        return original(instructions, abi, listing)
 
     monkeypatch.setattr(backend, "_encode", encode)
     return seen
@@ -128,8 +135,8 @@ def test_fallback_to_peachpy_unshares(monkeypatch):
     copy of each shared instruction, and its bytes are PeachPy's."""
     used = []
     original = backend.assemble_reference
-    monkeypatch.setattr(backend, "assemble_reference", lambda f, abi: used.append(list(f._instructions))
-                        or original(f, abi))
+    monkeypatch.setattr(backend, "assemble_reference", lambda f, abi, listing=True: used.append(list(f._instructions))
+                        or original(f, abi, listing))
     made = []
 
     def emit():
