@@ -45,16 +45,14 @@ import numpy as np
 from jit.copy_kernel import copy_kernel
 from jit.dot import Path
 from jit.gemm_kernel import DEFAULT_MR, MAX_MR, choose_tile
-from jit.output import for_dst_params
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
-from primitives.pipeline import output_plan
+from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from primitives.gemm import Choice, decide, fast_path, tile_vectors
 from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
-from primitives.reference import dst_scale_inverse
 from runtime import isa as isa_mod
 from runtime.ffi import ffi, pointer_to
 from runtime.pool import CallPlan
@@ -65,7 +63,6 @@ POLICIES = ("exact", "faithful", "halve_weights")
 _ONE = np.ones(1, np.float32)
 _L2_BUDGET = 1 << 20  # bytes of packed B a thread keeps in L2 while it sweeps its images
 _L1_BUDGET = 40 << 10  # bytes of a column tile's B that stay in L1 (48 KB) across row blocks
-_ROWS_BY_THREADS = True  # whole-pixel 2-D sources: threads copy their padded rows (_Convolution._plan)
 
 
 def _tuple(name: str, value, n: int, lo: int) -> tuple:
@@ -325,7 +322,7 @@ class ConvolutionDesc(PrimitiveDesc):
         self.fast = self._layout.decide(attr.policy if attr.policy != "halve_weights" else "faithful")
         self.halve = attr.policy == "halve_weights" and self.fast.path.kind != "vnni"
         plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve,
-                           col_comp=src_md.dt == "s8" or SRC in attr.zero_points)
+                           col_comp=column_compensation(attr, src_md.dt))
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         if weights_md.is_any:
             weights_md = packed_desc(weights_md.dims, "s8", self._layout, self._layout.nbytes())
@@ -536,8 +533,8 @@ class _Convolution(GemmKernels, Primitive):
             pixel = G * g.icgp
             # (Threads that split the columns would each copy every row, into the same lines:
             # 2-6% slower than one copy before them.)
-            if _ROWS_BY_THREADS and g.icg == g.icgp and g.padded[0] == 1 and not pd._split_columns() \
-                    and x.flags.c_contiguous and np.may_share_memory(x, src.array):
+            if g.icg == g.icgp and g.padded[0] == 1 and not pd._split_columns() and x.flags.c_contiguous \
+                    and np.may_share_memory(x, src.array):
                 rows_src = x  # whole pixels, one depth plane, the user's channels-last array
             else:
                 copy_source = _source_copy(interior, x, a, g, zp_src)
@@ -586,8 +583,8 @@ class _Convolution(GemmKernels, Primitive):
             arr = v.array if kind != "full" else np.ascontiguousarray(np.moveaxis(v.logical(), 1, -1))
             binaries.append((i, kind, np.ascontiguousarray(arr, np.float32).reshape(-1)))
             copied = copied or not np.may_share_memory(binaries[-1][2], v.array)
-        dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
-        output = for_dst_params(pd.output, dst_scale, mem[zero_points(DST)].array if zero_points(DST) in mem else None)
+        dst_scale, output = dst_stage(pd.output, mem[scales(DST)].array if scales(DST) in mem else None,
+                                      mem[zero_points(DST)].array if zero_points(DST) in mem else None)
 
         plan = self._plan(packs, a, pixel, c, sp, output, rows_src)
         a_ptr, c_ptr = pointer_to(a), pointer_to(c)

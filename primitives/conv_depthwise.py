@@ -60,15 +60,15 @@ from functools import partial
 
 import numpy as np
 
-from jit.output import OutputSpec, for_dst_params
 from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS, DwKernelSpec, block_columns,
                                    zp_route)
+from jit.output import OutputSpec
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
-from primitives.pipeline import output_plan
+from primitives.pipeline import dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
-from primitives.reference import dst_scale_inverse, output_pipeline, wrap_int32
+from primitives.reference import output_pipeline, wrap_int32
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
@@ -356,7 +356,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
             verbose.dispatch(self.kind, self.impl_name(), "chosen: groups == IC == OC, NHWC")
 
     def kernel_spec(self, zp: str, output: OutputSpec | None = None) -> DwKernelSpec:
-        """``output``: the stage to run, where not the descriptor's (``jit.output.for_dst_params``)."""
+        """``output``: the stage to run, where not the descriptor's (``primitives.pipeline.dst_stage``)."""
         g = self.geo
         return DwKernelSpec(self.isa, self.src_dt, zp, output or self.output, self._pixels, g.kw, g.sw, g.dw,
                             dot=self._dot)
@@ -699,8 +699,7 @@ class DepthwiseConv(Primitive):
             dst_zp_p = pointer_to(vec)
         zp_src = int(a[zero_points(SRC)][0]) if pd.has_src_zp else 0
         route = zp_route(pd.src_dt, zp_src) if zp_src else "none"
-        dst_scale = dst_scale_inverse(ds[0]) if ds is not None else 1.0
-        output = for_dst_params(pd.output, dst_scale, a.get(zero_points(DST)))
+        dst_scale, output = dst_stage(pd.output, ds, a.get(zero_points(DST)))
         kernel = self._kernel(route, output)
         spec = pd.kernel_spec(route, output)
         wei_offset = 4 * pd._weights_layout.section if spec.dot else 0

@@ -187,7 +187,7 @@ class GemmKernels:
     (``pd._kernel_for(choice)``), kept per path, and impl_info() naming those that ran."""
 
     def _kernel(self, choice, output=None):
-        """``output``: the stage to run, where not the descriptor's (``jit.output.for_dst_params``)."""
+        """``output``: the stage to run, where not the descriptor's (``primitives.pipeline.dst_stage``)."""
         kernels = self.__dict__.setdefault("_kernels", {})
         key = (choice.path, choice.nr, output)
         if key not in kernels:

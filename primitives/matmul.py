@@ -35,15 +35,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jit.output import for_dst_params
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
-from primitives.pipeline import output_plan
+from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from primitives.gemm import Choice, decide, gemm_kernel
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, packed_desc
-from primitives.reference import dst_scale_inverse
 from primitives import verbose
 from runtime import isa as isa_mod
 from runtime.ffi import pointer_to
@@ -130,7 +128,7 @@ class _GemmBasedDesc(PrimitiveDesc):
                       zero_points_args=(SRC, DST), zero_points_masks={SRC: (0,), DST: (0, col_mask)},
                       max_sums=1)
         plan = output_plan(attr, dst_md, bias_md, lambda src1, i: self._broadcast(src1, dst_md, i),
-                           col_comp=src_md.dt == "s8" or SRC in attr.zero_points)
+                           col_comp=column_compensation(attr, src_md.dt))
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_s8 = src_md.dt == "s8"
         self.fast = decide(self.isa, policy, None, N)
@@ -331,8 +329,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 views["dst_zp"][:N] = zp
             refresh(views["last"], "dst_zp", zp.tobytes(), put_zp)
         zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
-        dst_scale = dst_scale_inverse(mem[scales(DST)].array[0]) if scales(DST) in mem else 1.0
-        output = for_dst_params(pd.output, dst_scale, mem[zero_points(DST)].array if zero_points(DST) in mem else None)
+        dst_scale, output = dst_stage(pd.output, mem[scales(DST)].array if scales(DST) in mem else None,
+                                      mem[zero_points(DST)].array if zero_points(DST) in mem else None)
         ao = zp_src + (128 if pd.src_s8 else 0)
         # With one weight matrix the batch is one GEMM of batch*M rows.
         flat = pd.weights_batch == 1

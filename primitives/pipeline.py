@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp, assume_dst_params_nonneg
+from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp, assume_dst_params_nonneg, for_dst_params
 from primitives.attr import DST, SRC, WEIGHTS, Attr, Eltwise, Sum
 from primitives.memory import MemoryDesc
+from primitives.reference import dst_scale_inverse
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,23 @@ def output_plan(attr: Attr, dst_md: MemoryDesc, bias_md: MemoryDesc | None,
     spec = OutputSpec(col_comp=col_comp, float_mode=True, scale=scale_kind, bias="none" if bias_md is None else "col",
                       post_ops=tuple(post), dst_scale=DST in attr.scales,
                       dst_zp="none" if zp_dst is None else ("col" if zp_dst else "common"), dst_dt=dst_md.dt)
-    spec = assume_dst_params_nonneg(spec)  # (the primitives check the values: jit.output.for_dst_params)
+    spec = assume_dst_params_nonneg(spec)  # (the primitives check the values: dst_stage)
     if dst_md.dt == "s32" and scale_kind == "none" and not post and bias_md is None and zp_dst is None \
             and DST not in attr.scales:
         spec = OutputSpec(col_comp=col_comp)  # the plain int32 sums: no float stage, wrapping as the GEMM's integer mode
     return OutputPlan(spec, scale_kind, tuple(binary))
+
+
+def column_compensation(attr: Attr, src_dt: str) -> bool:
+    """Whether a GEMM kernel's column compensation can be nonzero: it carries an s8
+    source's +128 shift and the source zero point (``output_plan``'s ``col_comp``)."""
+    return src_dt == "s8" or SRC in attr.zero_points
+
+
+def dst_stage(spec: OutputSpec, dst_scale, dst_zp) -> tuple[float, OutputSpec]:
+    """One call's dst scale factor (f32(1) / scale; 1.0 without a dst scale) and the
+    output stage to run with it and the dst zero points (arrays, or None where absent):
+    ``spec``, or its variant with the lower clamp where the values break what ``spec``
+    assumes (``jit.output.for_dst_params``)."""
+    inverse = dst_scale_inverse(dst_scale[0]) if dst_scale is not None else 1.0
+    return inverse, for_dst_params(spec, inverse, dst_zp)
