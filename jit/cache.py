@@ -6,15 +6,13 @@ maps the code without paying PeachPy again. Writes go to a temporary file and ar
 renamed into place, so two processes writing the same entry at once are safe. The folder
 is ``INT8JIT_CACHE_DIR`` (default ``~/.cache/int8jit``), bounded by
 ``INT8JIT_CACHE_MAX_MB`` (default 256; the oldest entries go first);
-``INT8JIT_DISK_CACHE=0`` turns it off. Beside the entries, one small file per jit/ folder
-keeps the digest of its sources with their sizes and modification times
-(:func:`_code_digest`).
+``INT8JIT_DISK_CACHE=0`` turns it off. The sources' digest (:func:`_code_digest`) is of
+their names, sizes and modification times.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import pickle
 import tempfile
@@ -39,56 +37,29 @@ def _disk_enabled() -> bool:
 
 
 def _code_digest() -> str:
-    """A digest of the code generators' sources (jit/*.py): an edited template or output
-    stage must never be served stale from the disk cache.
+    """A digest of the code generators' sources (jit/*.py) as this process imported them:
+    an edited template or output stage must never be served stale from the disk cache.
 
-    Reading and hashing the sources costs 0.5-1 ms, most of a fresh process's first
-    creation from the disk cache, so the digest is kept in the cache folder beside the
-    sources' names, sizes and modification times (``_digest_index``) and reused while
-    those are unchanged: the test Python applies before it trusts a cached ``.pyc`` of
-    the same files, so a kernel is never newer or older than the code the process runs.
+    It hashes the sources' names, sizes and modification times (the test Python applies
+    before it trusts a cached ``.pyc``), not their text: reading and hashing the text cost
+    0.5-1 ms, and keeping that digest in an index beside the entries still cost 0.2-0.5 ms
+    of a fresh process's first creation. A touched but unchanged source, or a second copy of
+    the library, only generates its kernels once more.
     """
-    global _digest
-    if _digest is None:
-        _digest = _source_digest(os.path.dirname(os.path.abspath(__file__)))
-    return _digest
+    return _DIGEST
 
 
-def _source_digest(folder: str) -> str:
-    """:func:`_hash_sources` of ``folder``, through the index in the cache folder."""
+def _source_stamp_digest(folder: str) -> str:
+    """A hash of the ``.py`` files in ``folder``: name, size and modification time (ns)."""
+    h = hashlib.sha256(folder.encode())
     try:
-        names = sorted(name for name in os.listdir(folder) if name.endswith(".py"))
-        stamp = [[name, st.st_size, st.st_mtime_ns] for name in names for st in (os.stat(os.path.join(folder, name)),)]
-    except OSError:
-        stamp = None
-    use_index = stamp is not None and _disk_enabled()
-    index = _digest_index(folder)
-    if use_index:
-        try:
-            with open(index, encoding="utf-8") as f:
-                stored = json.load(f)
-            if stored["folder"] == folder and stored["sources"] == stamp and type(stored["digest"]) is str:
-                return stored["digest"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    digest = _hash_sources(folder)
-    if use_index:
-        _write_atomically(index, json.dumps({"folder": folder, "sources": stamp, "digest": digest}).encode())
-    return digest
-
-
-def _hash_sources(folder: str) -> str:
-    h = hashlib.sha256()
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".py"):
-            with open(os.path.join(folder, name), "rb") as f:
-                h.update(name.encode() + b"\0" + f.read())
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(folder, name))
+                h.update(f"\0{name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    except OSError as exc:  # an unreadable folder: a digest no stored entry can match
+        h.update(f"\0unreadable {exc!r} {os.getpid()}".encode())
     return h.hexdigest()[:16]
-
-
-def _digest_index(folder: str) -> str:
-    """The file in the cache folder that holds the digest of one jit/ folder's sources."""
-    return os.path.join(cache_dir(), f"sources-{hashlib.sha256(folder.encode()).hexdigest()[:16]}.json")
 
 
 def _write_atomically(path: str, data: bytes) -> bool:
@@ -111,7 +82,9 @@ def _write_atomically(path: str, data: bytes) -> bool:
         return False  # a read-only or full disk only costs the work again next time
 
 
-_digest: str | None = None
+# Taken with the imports (0.2 ms: a listdir and a stat a source), so that it describes the
+# code this process runs.
+_DIGEST = _source_stamp_digest(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _path(key: Hashable) -> str:

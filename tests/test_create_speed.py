@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import json
 import os
 import re
 
@@ -99,9 +98,6 @@ def test_shared_instructions_are_reused_across_kernels_with_the_same_bytes():
 def test_operands_without_a_key_are_not_shared():
     from peachpy.x86_64.operand import RIPRelativeOffset
 
-    from jit.dot import path_for, vector_constant
-
-    path = path_for("avx512_core")
     made = []
 
     def emit():
@@ -286,66 +282,51 @@ def _sources(folder, files: dict) -> None:
         (folder / name).write_text(text)
 
 
-def test_source_digest_is_kept_and_reused(tmp_path, monkeypatch):
+def test_source_digest_is_stable_while_the_sources_are(tmp_path):
     from jit import cache
 
-    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("INT8JIT_DISK_CACHE", "1")
-    src = tmp_path / "jit"
-    _sources(src, {"a.py": "x = 1\n", "b.py": "y = 2\n", "notes.txt": "not a source"})
-    digest = cache._source_digest(str(src))
-    assert digest == cache._hash_sources(str(src))
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [os.path.basename(cache._digest_index(str(src)))]
-
-    def refuse(folder):
-        raise AssertionError("the sources were hashed again")
-
-    monkeypatch.setattr(cache, "_hash_sources", refuse)
-    assert cache._source_digest(str(src)) == digest  # from the index: sources unchanged
-
-
-@pytest.mark.parametrize("change", ["edit", "touch", "add", "remove", "corrupt index", "other folder's index"])
-def test_source_digest_follows_the_sources(tmp_path, monkeypatch, change):
-    from jit import cache
-
-    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("INT8JIT_DISK_CACHE", "1")
     src = tmp_path / "jit"
     _sources(src, {"a.py": "x = 1\n", "b.py": "y = 2\n"})
-    before = cache._source_digest(str(src))
-    index = cache._digest_index(str(src))
-    if change == "edit":  # same size, another modification time
+    digest = cache._source_stamp_digest(str(src))
+    (src / "notes.txt").write_text("not a source")
+    assert cache._source_stamp_digest(str(src)) == digest
+    other = tmp_path / "copy"
+    _sources(other, {"a.py": "x = 1\n", "b.py": "y = 2\n"})
+    for name in ("a.py", "b.py"):  # same names, sizes and times, another folder
+        st = os.stat(src / name)
+        os.utime(other / name, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache._source_stamp_digest(str(other)) != digest
+
+
+@pytest.mark.parametrize("change", ["edit", "touch", "add", "remove"])
+def test_source_digest_follows_the_sources(tmp_path, change):
+    from jit import cache
+
+    src = tmp_path / "jit"
+    _sources(src, {"a.py": "x = 1\n", "b.py": "y = 2\n"})
+    before = cache._source_stamp_digest(str(src))
+    if change == "edit":  # the same size: only the time tells
         (src / "a.py").write_text("x = 3\n")
         os.utime(src / "a.py", ns=(1, 10**18))
-    elif change == "touch":
+    elif change == "touch":  # unchanged text: generated once more, never stale
         os.utime(src / "b.py", ns=(1, 10**18))
     elif change == "add":
         (src / "c.py").write_text("z = 1\n")
-    elif change == "remove":
-        (src / "b.py").unlink()
-    elif change == "corrupt index":
-        with open(index, "w") as f:
-            f.write("{not json")
     else:
-        with open(index) as f:
-            stored = json.load(f)
-        stored["folder"], stored["digest"] = "/elsewhere", "0" * 16
-        with open(index, "w") as f:
-            json.dump(stored, f)
-    after = cache._source_digest(str(src))
-    assert after == cache._hash_sources(str(src))
-    assert (after == before) == (change in ("touch", "corrupt index", "other folder's index"))
+        (src / "b.py").unlink()
+    after = cache._source_stamp_digest(str(src))
+    assert after != before
 
 
-def test_source_digest_without_a_writable_cache(tmp_path, monkeypatch):
+def test_source_digest_of_a_missing_folder_matches_nothing(tmp_path):
     from jit import cache
 
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(blocker / "cache"))  # cannot be created
-    src = tmp_path / "jit"
-    _sources(src, {"a.py": "x = 1\n"})
-    assert cache._source_digest(str(src)) == cache._hash_sources(str(src))
+    folder = tmp_path / "jit"
+    folder.mkdir()
+    empty = cache._source_stamp_digest(str(folder))
+    folder.rmdir()
+    assert cache._source_stamp_digest(str(folder)) != empty
+    assert cache._code_digest() == cache._DIGEST  # taken once, with the imports
 
 
 # -- instruction forms -----------------------------------------------------------------------
