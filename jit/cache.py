@@ -87,23 +87,26 @@ def _write_atomically(path: str, data: bytes) -> bool:
 _DIGEST = _source_stamp_digest(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _path(key: Hashable) -> str:
-    digest = hashlib.sha256(repr((VERSION, _code_digest(), key)).encode()).hexdigest()[:32]
+def _path(key_text: str) -> str:
+    """The entry's file: ``key_text`` is ``repr(key)`` (its dataclasses' repr is not free)."""
+    digest = hashlib.sha256(f"{VERSION!r} {_code_digest()} {key_text}".encode()).hexdigest()[:32]
     return os.path.join(cache_dir(), f"{digest}.kernel")
 
 
 def _read_disk(key: Hashable) -> GeneratedCode | None:
+    key_text = repr(key)
     try:
-        with open(_path(key), "rb") as f:
+        with open(_path(key_text), "rb") as f:
             stored_key, generated = pickle.load(f)
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError):
         return None
-    return generated if stored_key == repr(key) and isinstance(generated, GeneratedCode) else None
+    return generated if stored_key == key_text and isinstance(generated, GeneratedCode) else None
 
 
 def _write_disk(key: Hashable, generated: GeneratedCode) -> None:
-    data = pickle.dumps((repr(key), generated), protocol=pickle.HIGHEST_PROTOCOL)
-    if _write_atomically(_path(key), data):
+    key_text = repr(key)
+    data = pickle.dumps((key_text, generated), protocol=pickle.HIGHEST_PROTOCOL)
+    if _write_atomically(_path(key_text), data):
         with contextlib.suppress(OSError):
             _prune(cache_dir())
 
