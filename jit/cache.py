@@ -153,8 +153,8 @@ def get_kernel(key: Hashable, generate: Callable[[], GeneratedCode]) -> Kernel:
 
 
 def clear_memory() -> None:
-    """Forget (and unmap) every cached kernel of this process."""
+    """Forget every cached kernel of this process. Each is unmapped once nothing holds it:
+    a primitive keeps the kernels its call plans point at, so it goes on working (the next
+    creation generates, or reads from disk, afresh)."""
     with _lock:
-        for kernel in _memory.values():
-            kernel.close()
         _memory.clear()

@@ -486,6 +486,7 @@ class _Convolution(GemmKernels, Primitive):
         self._plans: dict = {}
         self._filled: dict = {}  # padded-source buffer address -> the zero point its borders hold
         self._written: dict = {}  # scratchpad address -> what its per-column vectors hold
+        self._held: set = set()  # kernels the plans call besides self._kernels' (the row copy)
 
     def _execute(self, mem: dict, scratchpad) -> Replay | None:
         pd, g = self.pd, self.pd.geometry
@@ -711,6 +712,7 @@ class _Convolution(GemmKernels, Primitive):
         ih0 = max(0, h0 * g.stride[1] - pt)
         ih1 = min(IH, (h1 - 1) * g.stride[1] - pt + reach + 1)
         kernel = copy_kernel()
+        self._held.add(kernel)  # the plan holds its function pointer only
         s = ffi.new("struct i8j_copy_args *")
         s.src = pointer_to(x) + (n * IH + ih0) * IW * pixel
         s.dst = pointer_to(a) + ((n * Hp + ih0 + pt) * Wp + pl) * pixel

@@ -141,3 +141,41 @@ def test_kept_kernels_stay_mapped():
     plain = Kernel("plain", cached.code(), signature=cached.signature)
     plain.close()
     assert plain.closed
+
+
+def test_primitives_outlive_a_kernel_cache_clear(isa_path):
+    """jit.cache.clear_memory() forgets kernels; it must not unmap code a primitive's call
+    plans still point at (the convolution's row copy is held by its plan alone)."""
+    import gc
+
+    import numpy as np
+
+    from jit import cache
+    from primitives.conv import ConvolutionDesc
+    from primitives.memory import Memory, desc
+    from primitives.pooling import PoolingDesc
+    from primitives.reorder import reorder_desc
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (1, 9, 9, 8), dtype=np.uint8)  # NHWC
+    w = rng.integers(-128, 128, (8, 8, 3, 3), dtype=np.int8)
+    pd = ConvolutionDesc(desc((1, 8, 9, 9), "u8", "nhwc"), desc((8, 8, 3, 3), "s8", "any"),
+                         desc((1, 8, 9, 9), "s32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1),
+                         isa=isa_path, threads=2)
+    packed = Memory(pd.weights_desc())
+    reorder_desc(desc(w.shape, "s8", "oihw"), pd.weights_desc()).create().execute({"src": w, "dst": packed})
+    conv = pd.create()
+    assert pd.impl_info()["source"] == "padded copy in the scratchpad"
+    pool = PoolingDesc("max", desc((1, 8, 9, 9), "u8", "nhwc"), desc((1, 8, 4, 4), "u8", "nhwc"),
+                       (2, 2), (3, 3), (0, 0), (0, 0), isa=isa_path).create()
+    y, z = np.zeros((1, 9, 9, 8), np.int32), np.zeros((1, 4, 4, 8), np.uint8)
+    args = {"src": x, "weights": packed, "dst": y}
+    conv.execute(args)
+    pool.execute({"src": x, "dst": z})
+    first_y, first_z = y.copy(), z.copy()
+    cache.clear_memory()
+    gc.collect()
+    y[...], z[...] = 0, 0
+    conv.execute(args)  # the replay: the same plan, its row copies included
+    pool.execute({"src": x, "dst": z})
+    assert (y == first_y).all() and (z == first_z).all()

@@ -219,10 +219,10 @@ def peak_callable(isa: str, path: str | None):
 
     if not cpu_supports(isa):
         raise RuntimeError(f"this CPU cannot execute {isa}")
-    fn = peak_kernel(isa, path).function
+    kernel = peak_kernel(isa, path)  # held by the closure, not only by the kernel cache
     iterations = 2000
     ops = iterations * ops_per_iteration(path_for(isa, path))
-    return (lambda: fn(iterations)), ops
+    return (lambda: kernel.function(iterations)), ops
 
 
 # ------------------------------------------------------------------ the child

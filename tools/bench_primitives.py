@@ -748,7 +748,8 @@ class Peak:
 
         if not cpu_supports(isa):
             raise Unavailable(f"this CPU cannot run the {isa} peak loop")
-        self.fn = peak_kernel(isa).function
+        self.kernel = peak_kernel(isa)  # held: self.fn is its bare function pointer
+        self.fn = self.kernel.function
         self.per_iteration = ops_per_iteration(path_for(isa, None))
         self.fn(1000)
         n = 1000
