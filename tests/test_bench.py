@@ -72,3 +72,32 @@ def test_single_thread_rows_pin_every_side_to_one_core():
     finally:
         bp._unpin(saved)
     assert os.sched_getaffinity(0) == allowed
+
+
+def test_host_steal_reads_the_cpus_asked_for(monkeypatch, tmp_path):
+    """steal = the steal jiffies' share of all jiffies (user .. steal) of the row's CPUs."""
+    import builtins
+
+    from tools import bench_primitives as bp
+
+    stat = tmp_path / "stat"
+    text = {"now": ("cpu  100 0 50 800 0 0 0 50 7 0\n"
+                    "cpu0 60 0 30 400 0 0 0 10 7 0\n"
+                    "cpu1 40 0 20 400 0 0 0 40 0 0\nintr 1 2 3\n")}
+    real_open = builtins.open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/stat":
+            stat.write_text(text["now"])
+            return real_open(stat, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert bp.host_steal_counters() == (50, 1000)
+    assert bp.host_steal_counters([1]) == (40, 500)
+    before = bp.host_steal_counters([0, 1])
+    text["now"] = text["now"].replace("cpu1 40 0 20 400 0 0 0 40", "cpu1 40 0 20 430 0 0 0 110")
+    after = bp.host_steal_counters([0, 1])
+    assert abs(bp.steal_fraction(before, after) - 70 / 100) < 1e-12
+    assert bp.steal_fraction(after, after) is None and bp.steal_fraction(None, after) is None
+    assert bp.host_steal_counters([5]) is None  # no such CPU in the file

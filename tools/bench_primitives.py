@@ -32,7 +32,10 @@ side, then rounds; a round times one window (about 5 ms of back-to-back calls) o
 variant on each side (oneDNN's first; with 2+ threads a 30 ms pause follows them, until
 libgomp's idle workers stop spinning), until ``--min-time`` seconds per side (0.1; 0.03 with ``--quick``)
 and at least 5 rounds (3). A figure is the best window (the least disturbed one);
-``noise`` is how much slower the median window was than the best (the worse side).
+``noise`` is how much slower the median window was than the best (the worse side);
+``steal`` is the hypervisor's share of the row's CPU time on the cores the row may use
+(/proc/stat; a virtual machine's host running other work: above ~10%, read the row as
+noise, whatever its ratio).
 GOPS = 2 * MACs / s; ``%pk`` = GOPS / (the path's register-only peak per core times the
 threads); the peak loop (:mod:`jit.peak`) gets a 2 ms window in every round too, and its
 best window of the run is the peak (rows print with the best so far; the CSV and the
@@ -617,6 +620,7 @@ class Result:
     impl_onednn: str = ""
     notes: list = field(default_factory=list)
     torch_s: float | None = None  # conv: PyTorch's quantized conv2d
+    steal: float | None = None  # the hypervisor's share of the row's CPU time (host_steal)
 
     @property
     def torch_ratio(self):
@@ -677,6 +681,7 @@ def columns(bench: str):
                  ("ovh%", 5, True, lambda r: _f(r.overhead(r.int8jit_s, r.int8jit_plain_s), "+.0f")),
                  ("dnn ovh%", 8, True, lambda r: _f(r.overhead(r.onednn_s, r.onednn_plain_s), "+.0f"))]
     cols += [("noise", 5, True, lambda r: _f(None if r.noise is None else 100 * r.noise, ".0f") + "%"),
+             ("steal", 5, True, lambda r: _f(None if r.steal is None else 100 * r.steal, ".0f") + "%"),
              ("check", 10, False, lambda r: r.check),
              ("note", 0, False, lambda r: "; ".join(r.notes))]
     return cols
@@ -701,7 +706,7 @@ def write_csv(path, bench, results) -> None:
         w.writerow(["bench", "problem", *keys, "threads", "isa", "int8jit_ms", "onednn_ms", "int8jit_gops",
                     "onednn_gops", "int8jit_gbs", "onednn_gbs", "peak_gops_per_core", "int8jit_pct_peak",
                     "onednn_pct_peak", "ratio", "int8jit_plain_ms", "onednn_plain_ms", "int8jit_overhead_pct",
-                    "onednn_overhead_pct", "noise_pct", "check", "int8jit_impl", "onednn_impl", "note"]
+                    "onednn_overhead_pct", "noise_pct", "steal_pct", "check", "int8jit_impl", "onednn_impl", "note"]
                    + (["torch_ms", "int8jit_over_torch"] if bench == "conv" else []))
         rnd = lambda x, d=4: None if x is None else round(x, d)  # noqa: E731
         ms = lambda s: rnd(None if s is None else 1e3 * s, 5)  # noqa: E731
@@ -713,7 +718,8 @@ def write_csv(path, bench, results) -> None:
                         rnd(r.peak), rnd(r.pct(r.int8jit_s)), rnd(r.pct(r.onednn_s)), rnd(r.ratio),
                         ms(r.int8jit_plain_s), ms(r.onednn_plain_s),
                         rnd(r.overhead(r.int8jit_s, r.int8jit_plain_s)), rnd(r.overhead(r.onednn_s, r.onednn_plain_s)),
-                        rnd(None if r.noise is None else 100 * r.noise), r.check, r.impl_int8jit, r.impl_onednn,
+                        rnd(None if r.noise is None else 100 * r.noise),
+                        rnd(None if r.steal is None else 100 * r.steal), r.check, r.impl_int8jit, r.impl_onednn,
                         "; ".join(r.notes)] + ([ms(r.torch_s), rnd(r.torch_ratio)] if bench == "conv" else []))
 
 
@@ -789,6 +795,32 @@ def _check_outputs(a: np.ndarray, b: np.ndarray) -> str:
     return "=" if bad == 0 else f"{bad} (<={int(d.max())})"
 
 
+def host_steal_counters(cpus=None) -> tuple[int, int] | None:
+    """(steal, total) jiffies of ``cpus`` (default: all) from /proc/stat, None where the
+    kernel does not say. On a virtual machine, steal is the time the hypervisor ran
+    something else while a vCPU wanted to run: a row timed under heavy steal measures the
+    host's other tenants as much as the code (here, at times, 20-60% of both vCPUs)."""
+    try:
+        with open("/proc/stat") as f:
+            lines = [line.split() for line in f if line.startswith("cpu")]
+    except OSError:
+        return None
+    wanted = {f"cpu{c}" for c in cpus} if cpus is not None else {"cpu"}
+    steal = total = 0
+    for fields in lines:
+        if fields[0] in wanted and len(fields) > 8:
+            values = [int(v) for v in fields[1:9]]  # user .. steal (guest time is inside user)
+            steal += values[7]
+            total += sum(values)
+    return (steal, total) if total else None
+
+
+def steal_fraction(before, after) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def run_problem(server, case, variants, isa, threads, min_time, min_rounds, check: bool, peak=None) -> Result:
     r = Result(case["prim"], case, threads, isa)
     series = {}
@@ -829,7 +861,10 @@ def run_problem(server, case, variants, isa, threads, min_time, min_rounds, chec
         except Exception as exc:
             r.notes.append(f"torch error: {type(exc).__name__}: {exc}")
     if series:
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        before = host_steal_counters(cpus)
         measure_interleaved(list(series.values()), min_time, min_rounds, peak, SETTLE_S if threads > 1 else 0.0)
+        r.steal = steal_fraction(before, host_steal_counters(cpus))
     r.peak = None if peak is None else peak.best
     for (who, variant), s in series.items():
         attr = f"{who}_s" if variant == "fused" else f"{who}_plain_s"
