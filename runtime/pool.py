@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from jit import pool_kernel as pk
 from runtime.execmem import MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE
@@ -75,30 +76,40 @@ class _Team:
             threading.Thread(target=worker.function, args=(slot,), name="int8jit-pool", daemon=True).start()
 
 
-def _take(size: int) -> _Team:
+def _free_teams(size: int) -> list:
+    """The free teams of ``size`` workers. A plan takes one with ``list.pop`` and gives it
+    back with ``append``, both atomic: no lock on the call's path (a lock each way and the
+    look-up cost 1 us of a two-thread call's 2-3 us of hand-off)."""
     with _lock:
-        teams = _free.get(size)
-        if teams:
-            return teams.pop()
-    return _Team(size)
+        return _free.setdefault(size, [])
 
 
-def _give(size: int, team: _Team) -> None:
-    with _lock:
-        _free.setdefault(size, []).append(team)
+_CORES_TTL_S = 1.0
+_cores_seen = (0, -_CORES_TTL_S)  # (count, time.monotonic() of the look-up)
 
 
 def _cores() -> int:
+    """The CPUs this process may run on, looked up again at most once a second (a system
+    call: 0.5 us, a quarter of a two-thread call's hand-off)."""
+    global _cores_seen
+    count, when = _cores_seen
+    now = time.monotonic()
+    if now - when < _CORES_TTL_S:
+        return count
     try:
-        return len(os.sched_getaffinity(0))
+        count = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+        count = os.cpu_count() or 1
+    _cores_seen = (count, now)
+    return count
 
 
 def _forget_after_fork() -> None:  # a child process has none of the parent's threads
-    global _lock
+    global _lock, _cores_seen
     _lock = threading.Lock()
-    _free.clear()
+    for teams in _free.values():  # emptied in place: plans hold these lists
+        teams.clear()
+    _cores_seen = (0, -_CORES_TTL_S)
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -123,6 +134,7 @@ class CallPlan:
             self.jobs[i].calls = array
             self.jobs[i].ncalls = len(calls)
         self._single = per_thread[0]
+        self._fork_join = self._teams = None  # looked up at the first spinning run
 
     def run(self) -> None:
         """Every list's calls, the first on this thread; returns when all are done."""
@@ -135,13 +147,17 @@ class CallPlan:
 
             run_chunks(_call_list, self._keep)
             return
-        fork_join = (_kernels or _load())[1].function
-        size = self.threads - 1
-        team = _take(size)
+        if self._fork_join is None:  # (the pool's code is never unmapped)
+            self._fork_join, self._teams = _load()[1].function, _free_teams(self.threads - 1)
+        teams = self._teams
         try:
-            fork_join(team.pointers, self.jobs, self.threads, JOIN_SPINS)
+            team = teams.pop()
+        except IndexError:  # none free: the first call, or other Python threads hold them
+            team = _Team(self.threads - 1)
+        try:
+            self._fork_join(team.pointers, self.jobs, self.threads, JOIN_SPINS)
         finally:
-            _give(size, team)
+            teams.append(team)
 
 
 def _call_list(calls) -> None:

@@ -179,3 +179,33 @@ def test_primitives_outlive_a_kernel_cache_clear(isa_path):
     conv.execute(args)  # the replay: the same plan, its row copies included
     pool.execute({"src": x, "dst": z})
     assert (y == first_y).all() and (z == first_z).all()
+
+
+def test_teams_are_reused_across_runs_and_plans():
+    if not pool.ENABLED or pool._cores() < 2:
+        pytest.skip("no spinning workers here (INT8JIT_SPIN_POOL=0 or one core)")
+    _plan([1, 1])[0].run()
+    before = threading.active_count()
+    for _ in range(3):
+        plan, cells = _plan([1, 1])
+        for _ in range(200):
+            plan.run()
+        assert _counts(cells) == [[200], [200]]
+    assert threading.active_count() == before  # no new worker per plan or call
+
+
+def test_core_count_is_looked_up_at_most_once_a_second(monkeypatch):
+    calls = []
+
+    def affinity(pid):
+        calls.append(pid)
+        return {0, 1}
+
+    monkeypatch.setattr(pool.os, "sched_getaffinity", affinity)
+    monkeypatch.setattr(pool, "_cores_seen", (0, -pool._CORES_TTL_S))
+    assert [pool._cores() for _ in range(100)] == [2] * 100
+    assert len(calls) == 1
+    count, when = pool._cores_seen
+    monkeypatch.setattr(pool, "_cores_seen", (count, when - pool._CORES_TTL_S))  # a second later
+    pool._cores()
+    assert len(calls) == 2
