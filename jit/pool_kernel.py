@@ -12,23 +12,35 @@ slot, runs its own list, and waits for every slot: polling first, then ``futex``
 Slot protocol (``state``: IDLE 0, JOB 1, DONE 2, EXIT 3), two Dekker-style flags with
 MFENCE between each side's store and load, so a sleeper is always woken:
 
-* caller posts: ``state = JOB``; MFENCE; if ``parked``: FUTEX_WAKE(state).
+* caller posts: the job, ``claim = 0``, ``state = JOB``; MFENCE; if ``parked``:
+  FUTEX_WAKE(state).
 * worker parks: ``parked = 1``; MFENCE; if ``state`` is unchanged: FUTEX_WAIT(state, seen).
-* worker finishes: ``state = DONE``; MFENCE; if ``waiting``: FUTEX_WAKE(state).
-* caller waits: ``waiting = 1``; MFENCE; if ``state != DONE``: FUTEX_WAIT(state, JOB).
+* worker sees JOB: XCHG 1 into ``claim`` (a locked exchange); the old 0 makes the job its
+  own: it runs the list, then ``state = DONE``; MFENCE; if ``waiting``: FUTEX_WAKE(state).
+  An old 1: the caller took the job; back to polling.
+* caller, its own list done, first claims each worker's job the same way: a job no
+  worker has taken yet it runs itself (``state = DONE``, then the list; ``claimed``
+  counts these). On a virtual machine whose host has descheduled a worker's vCPU (a
+  spinning vCPU is the first the host takes away), the call then runs at one thread's
+  speed instead of waiting milliseconds for the host to bring the vCPU back.
+* caller waits for the rest: ``waiting = 1``; MFENCE; if ``state != DONE``:
+  FUTEX_WAIT(state, JOB).
 
-FUTEX_WAIT sleeps only while the word still holds the value given, so a change that
-lands between the check and the sleep returns at once. Stores on x86-64 are seen in
-order, so the kernels' results are visible before DONE is.
+Exactly one side exchanges 0 out of ``claim``, so each list runs once. FUTEX_WAIT sleeps
+only while the word still holds the value given, so a change that lands between the
+check and the sleep returns at once. Stores on x86-64 are seen in order, so the kernels'
+results are visible before DONE is, and a worker that sees JOB sees that post's
+``claim = 0`` and job.
 """
 from __future__ import annotations
 
 CDEF = """
 struct i8j_call { void (*fn)(void *); void *arg; };
 struct i8j_slot {
-    int32_t state; int32_t parked; int32_t waiting; int32_t pad0;
+    int32_t state; int32_t parked; int32_t waiting; int32_t claim;
     struct i8j_call *calls; int64_t ncalls; int64_t spins;
-    int64_t pad[4];                       /* one slot a cache line */
+    int64_t claimed;                      /* jobs the caller ran itself (see the protocol) */
+    int64_t pad[3];
 };
 struct i8j_job { struct i8j_call *calls; int64_t ncalls; };
 """
@@ -36,7 +48,7 @@ WORKER_SIGNATURE = "void (*)(struct i8j_slot *)"
 FORK_JOIN_SIGNATURE = "void (*)(struct i8j_slot **, struct i8j_job *, int64_t, int64_t)"
 IDLE, JOB, DONE, EXIT = 0, 1, 2, 3
 # struct offsets (asserted against cffi's in runtime.pool)
-STATE, PARKED, WAITING, CALLS, NCALLS, SPINS = 0, 4, 8, 16, 24, 32
+STATE, PARKED, WAITING, CLAIM, CALLS, NCALLS, SPINS, CLAIMED = 0, 4, 8, 12, 16, 24, 32, 40
 SYS_FUTEX, FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 202, 128, 129
 
 
@@ -80,13 +92,13 @@ def _emit_worker(argument) -> None:
     asm.LOAD.ARGUMENT(rdi, argument)
     MOV(slot, rdi)
     _align_stack(asm)
-    loop, poll, park, run, leave = Label(), Label(), Label(), Label(), Label()
+    loop, poll, park, claim, leave = Label(), Label(), Label(), Label(), Label()
     LABEL(loop)
     MOV(spins, [slot + SPINS])
     LABEL(poll)
     MOV(asm.eax, [slot + STATE])
     CMP(asm.eax, JOB)
-    JE(run)
+    JE(claim)
     CMP(asm.eax, EXIT)
     JE(leave)
     asm.PAUSE()
@@ -102,7 +114,11 @@ def _emit_worker(argument) -> None:
     LABEL(skip)
     MOV(asm.dword[slot + PARKED], 0)
     JMP(loop)
-    LABEL(run)
+    LABEL(claim)  # the job is the worker's if it exchanges the 0 out of claim
+    MOV(asm.ecx, 1)
+    asm.XCHG([slot + CLAIM], asm.ecx)
+    asm.TEST(asm.ecx, asm.ecx)
+    asm.JNZ(poll)  # the caller took it (and sets DONE)
     MOV(calls, [slot + CALLS])
     MOV(count, [slot + NCALLS])
     _run_calls(asm, calls, count)
@@ -117,14 +133,14 @@ def _emit_worker(argument) -> None:
     asm.RETURN()
 
 
-def _align_stack(asm) -> None:
-    """rsp down to a multiple of 16 (the ABI's alignment at a CALL), the old one kept on
-    the stack: whatever the prologue pushed."""
+def _align_stack(asm, frame: int = 16) -> None:
+    """rsp down to a multiple of 16 (the ABI's alignment at a CALL) and ``frame`` bytes
+    below, the old rsp kept at [rsp] (whatever the prologue pushed), the rest free."""
     from peachpy.x86_64.registers import rsp
 
     asm.MOV(asm.rax, rsp)
     asm.AND(rsp, -16)
-    asm.SUB(rsp, 16)
+    asm.SUB(rsp, frame)
     asm.MOV([rsp], asm.rax)
 
 
@@ -137,17 +153,21 @@ def _restore_stack(asm) -> None:
 def _emit_fork_join(arguments) -> None:
     from jit import asm
     from jit.asm import ADD, CMP, DEC, JE, JMP, LABEL, MOV, Label, r12, r13, r14, r15, rbx, rbp, rcx, rdi, rdx, rsi
+    from peachpy.x86_64.registers import rsp
 
     # rdi slots (pointer array), rsi jobs ([0] the caller's, [1..] the slots'), rdx
     # participants (caller included), rcx spins before sleeping while waiting.
     for register, argument in zip((rdi, rsi, rdx, rcx), arguments):
         asm.LOAD.ARGUMENT(register, argument)
-    slots, jobs, n, spins_init = rbx, r12, r13, r14
+    slots, jobs = rbx, r12
     MOV(slots, rdi)
     MOV(jobs, rsi)
+    # The participant count and the spins live on the stack: a job the caller claims
+    # needs two callee-saved registers (r13, r14) for its list.
+    _align_stack(asm, 32)
+    n, spins_init = asm.qword[rsp + 16], asm.qword[rsp + 8]
     MOV(n, rdx)
     MOV(spins_init, rcx)
-    _align_stack(asm)
 
     i, slot = r15, rbp
 
@@ -171,6 +191,7 @@ def _emit_fork_join(arguments) -> None:
         MOV([slot + CALLS], asm.rax)
         MOV(asm.rax, [jobs + rdx * 1 + 8])
         MOV([slot + NCALLS], asm.rax)
+        MOV(asm.dword[slot + CLAIM], 0)
         MOV(asm.dword[slot + STATE], JOB)
         asm.MFENCE()
         awake = Label()
@@ -184,6 +205,22 @@ def _emit_fork_join(arguments) -> None:
     MOV(r15, [jobs])
     MOV(rbp, [jobs + 8])
     _run_calls(asm, r15, rbp)
+
+    def take() -> None:  # a job no worker has claimed yet: run it here
+        taken = Label()
+        MOV(asm.eax, 1)
+        asm.XCHG([slot + CLAIM], asm.eax)
+        asm.TEST(asm.eax, asm.eax)
+        asm.JNZ(taken)  # the worker has it
+        MOV(asm.dword[slot + STATE], DONE)
+        MOV(rdx, i)
+        asm.SHL(rdx, 4)
+        MOV(r13, [jobs + rdx * 1])
+        MOV(r14, [jobs + rdx * 1 + 8])
+        _run_calls(asm, r13, r14)
+        ADD(asm.qword[slot + CLAIMED], 1)
+        LABEL(taken)
+    each_worker(take)
 
     def join() -> None:  # the slot DONE: poll, then sleep
         wait, done, sleep, recheck = Label(), Label(), Label(), Label()

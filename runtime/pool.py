@@ -42,7 +42,8 @@ def _load() -> tuple:
             from jit import cache
 
             for field, offset in (("state", pk.STATE), ("parked", pk.PARKED), ("waiting", pk.WAITING),
-                                  ("calls", pk.CALLS), ("ncalls", pk.NCALLS), ("spins", pk.SPINS)):
+                                  ("claim", pk.CLAIM), ("calls", pk.CALLS), ("ncalls", pk.NCALLS),
+                                  ("spins", pk.SPINS), ("claimed", pk.CLAIMED)):
                 assert ffi.offsetof("struct i8j_slot", field) == offset, field
             # A copy of the cached code of our own: jit.cache.clear_memory() unmaps the
             # cache's kernels, and a worker never leaves this code.

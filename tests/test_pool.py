@@ -209,3 +209,51 @@ def test_core_count_is_looked_up_at_most_once_a_second(monkeypatch):
     monkeypatch.setattr(pool, "_cores_seen", (count, when - pool._CORES_TTL_S))  # a second later
     pool._cores()
     assert len(calls) == 2
+
+
+def test_a_job_no_worker_takes_runs_on_the_caller():
+    """A worker whose vCPU the host has descheduled never picks its job up: the caller,
+    its own list done, claims the job and runs it (a slot without any worker thread here;
+    before the claim protocol the call waited for that worker forever)."""
+    fork_join = pool._load()[1].function
+    slot = ffi.new("struct i8j_slot *")
+    slots = ffi.new("struct i8j_slot *[]", [slot])
+    cells = [[ffi.new("int64_t *") for _ in range(n)] for n in (2, 3)]
+    jobs = ffi.new("struct i8j_job[]", 2)
+    arrays = []
+    for job, row in zip(jobs, cells):
+        array = ffi.new("struct i8j_call[]", len(row))
+        for entry, cell in zip(array, row):
+            entry.fn = ffi.cast("void (*)(void *)", INC.function)
+            entry.arg = cell
+        arrays.append(array)
+        job.calls, job.ncalls = array, len(row)
+    done = threading.Event()
+
+    def call():
+        for _ in range(3):
+            fork_join(slots, jobs, 2, pool.JOIN_SPINS)
+        done.set()
+
+    threading.Thread(target=call, daemon=True).start()
+    assert done.wait(30), "the call waited for a worker that does not exist"
+    assert _counts(cells) == [[3, 3], [3, 3, 3]]
+    assert slot.claimed == 3 and slot.state == pool.pk.DONE
+
+
+def test_the_caller_claims_only_untaken_jobs():
+    """With real workers, every call still runs each list once, whoever claims it."""
+    if not pool.ENABLED or pool._cores() < 2:
+        pytest.skip("no spinning workers here (INT8JIT_SPIN_POOL=0 or one core)")
+    plan, cells = _plan([0, 4])  # the caller's own list is empty: it races the worker for the job
+    plan.run()
+    teams = plan._teams
+
+    def claimed():
+        return sum(team.slots[0].claimed for team in teams)
+
+    before = claimed()
+    for _ in range(3000):
+        plan.run()
+    assert _counts(cells) == [[], [3001] * 4]
+    assert 0 <= claimed() - before <= 3000
