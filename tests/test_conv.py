@@ -11,6 +11,7 @@ from primitives.conv import ConvolutionDesc
 from primitives.conv_ref import conv_sum
 from primitives.memory import Memory, desc
 from primitives.reference import output_pipeline
+from runtime.ffi import ffi
 from primitives.reorder import reorder_desc
 from tests.conftest import faithful_model
 
@@ -335,10 +336,12 @@ def test_big_weight_tiles_prefetch_b_ahead(isa_path):
         assert bool(kspec.prefetch_ahead) is want and (want or not big or kspec.path.bits == 256)
 
 
-@pytest.mark.parametrize("n,threads", [(1, 2), (3, 2), (2, 1)])
+@pytest.mark.parametrize("n,threads", [(1, 2), (3, 2), (2, 1), (4, 2)])
 def test_threads_copy_their_source_rows(isa_path, n, threads):
     """Whole-pixel 2-D sources: each thread copies the padded rows its items read (halo
-    rows twice); a second call on the same arrays, with new source values, copies again."""
+    rows twice); a second call on the same arrays, with new source values, copies again.
+    With at least as many images as threads, each thread copies its images, one after the
+    other, into one padded image of the buffer: its own."""
     from primitives.conv import ConvolutionDesc as Desc
 
     rng = np.random.default_rng(n)
@@ -354,6 +357,13 @@ def test_threads_copy_their_source_rows(isa_path, n, threads):
         want = conv_sum(np.moveaxis(x, -1, 1), w, (1, 1), (0, 1), (1, 1), (1, 0))
         np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
         x[...] = rng.integers(0, 256, x.shape)
+    plan = list(prim._plans.values())[-1]
+    rows_src = plan["keep"][-1]  # the source the row copies read (None: no row copies)
+    copies = [arg for calls in plan["calls"]._keep for fn, arg in calls if hasattr(arg, "rows")]
+    image = pd.geometry.padded[1] * pd.geometry.padded[2] * C  # bytes of one padded image
+    slots = {(int(ffi.cast("intptr_t", c.dst)) - first) // image
+             for first in [min(int(ffi.cast("intptr_t", c.dst)) for c in copies)] for c in copies}
+    assert rows_src is not None and len(slots) == (threads if n >= threads else 1)
 
 
 def test_depth_padding_keeps_the_copy_before_the_threads(isa_path):
