@@ -23,7 +23,9 @@ after the other):
   (about 5 ms of back-to-back calls) of oneDNN, of every int8jit row and of the peak
   loop of every path involved, until ``--min-time`` seconds per side (0.3; 0.03 with
   ``--quick``) and at least 5 rounds. A figure is the best window (the least disturbed);
-  the ``noise`` column is how much slower int8jit's median window was than its best.
+  the ``noise`` column is how much slower int8jit's median window was than its best,
+  ``steal`` the hypervisor's share of the problem's CPU time (see
+  ``bench_primitives.host_steal_counters``).
 * Inputs are full-range random, B is constant: int8jit packs it once at creation (a
   reusable ``primitives.gemm.Gemm``); oneDNN's GEMM API takes B as is on every call.
 * Policies: VNNI paths are exact, one ``exact`` row. On the VPMADDUBSW paths three rows:
@@ -272,7 +274,10 @@ def _worker(spec_json: str) -> None:
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {exc}"
             out["rows"].append(row)
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        before = bench_primitives.host_steal_counters(cpus)
         times = measure_interleaved(fns, min_time) if fns else {}
+        out["steal"] = bench_primitives.steal_fraction(before, bench_primitives.host_steal_counters(cpus))
         gops = {name: (ops[name] / best / 1e9, ops[name] / median / 1e9) for name, (best, median) in times.items()}
         if "onednn" in gops:
             out["onednn"] = gops["onednn"][0]
@@ -322,6 +327,7 @@ class Row:
     peak_gops: float | None = None
     onednn_gops: float | None = None
     noise: float | None = None  # int8jit's median window vs its best, as a fraction
+    steal: float | None = None  # the hypervisor's share of the problem's CPU time (bench_primitives)
     notes: list = field(default_factory=list)
 
     @property
@@ -338,7 +344,7 @@ class Row:
 
 
 COLUMNS = [("shape", 16), ("type", 5), ("ISA", 16), ("thr", 3), ("policy", 8), ("B", 4), ("path", 8),
-           ("int8jit", 8), ("% peak", 7), ("oneDNN", 8), ("ratio", 6), ("noise", 6), ("note", 0)]
+           ("int8jit", 8), ("% peak", 7), ("oneDNN", 8), ("ratio", 6), ("noise", 6), ("steal", 6), ("note", 0)]
 LEFT = ("shape", "type", "ISA", "policy", "B", "path", "note")
 
 
@@ -351,7 +357,8 @@ def _cells(row: Row) -> list[str]:
     return [f"{M}x{N}x{K}", row.kind, row.isa, str(row.threads), row.policy, row.weights, row.path,
             _fmt(row.int8jit_gops, ".1f"), _fmt(row.pct_peak, ".0f"),
             _fmt(row.onednn_gops, ".1f"), _fmt(row.ratio, ".2f"),
-            "n/a" if row.noise is None else f"{100 * row.noise:.0f}%", "; ".join(row.notes)]
+            "n/a" if row.noise is None else f"{100 * row.noise:.0f}%",
+            "n/a" if row.steal is None else f"{100 * row.steal:.0f}%", "; ".join(row.notes)]
 
 
 def print_header():
@@ -369,10 +376,11 @@ def write_csv(path: str, rows: list[Row]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["bench", "M", "N", "K", "type", "isa", "threads", "policy", "weights", "path",
-                    "int8jit_gops", "peak_gops_per_core", "pct_peak", "onednn_gops", "ratio", "noise", "note"])
+                    "int8jit_gops", "peak_gops_per_core", "pct_peak", "onednn_gops", "ratio", "noise", "steal",
+                    "note"])
         for r in rows:
             numbers = [None if x is None else round(x, 3)
-                       for x in (r.int8jit_gops, r.peak_gops, r.pct_peak, r.onednn_gops, r.ratio, r.noise)]
+                       for x in (r.int8jit_gops, r.peak_gops, r.pct_peak, r.onednn_gops, r.ratio, r.noise, r.steal)]
             w.writerow([r.bench, *r.shape, r.kind, r.isa, r.threads, r.policy, r.weights, r.path,
                         *numbers, "; ".join(r.notes)])
 
@@ -380,7 +388,7 @@ def write_csv(path: str, rows: list[Row]) -> None:
 def markdown_table(rows: list[Row], preamble: str = "") -> str:
     """The rows as a GitHub markdown table (what the README shows)."""
     names = ["shape (MxNxK)", "type", "ISA path", "threads", "policy", "B", "kernel path",
-             "int8jit GOPS", "% of peak", "oneDNN GOPS", "int8jit / oneDNN", "noise", "note"]
+             "int8jit GOPS", "% of peak", "oneDNN GOPS", "int8jit / oneDNN", "noise", "steal", "note"]
     lines = [preamble] if preamble else []
     lines.append("| " + " | ".join(names) + " |")
     lines.append("|" + "|".join(" --- " if n in ("shape (MxNxK)", "type", "ISA path", "policy", "B", "kernel path",
@@ -431,7 +439,7 @@ def run_bench(bench, args) -> tuple[list[Row], str]:
         f"timing:  oneDNN, int8jit and the peak loop in alternating ~{1000 * WINDOW_S:g} ms windows, "
         f">= {min_time:g} s each, best window; GOPS = 2*M*N*K/s; % peak = int8jit / (path's "
         "register-only peak per core, measured alongside, x threads); noise = int8jit's median "
-        "window vs its best",
+        "window vs its best; steal = the hypervisor's share of the problem's CPU time",
     ]
     for line in lines:
         print(line)
@@ -463,6 +471,7 @@ def run_bench(bench, args) -> tuple[list[Row], str]:
                     row.int8jit_gops, row.peak_gops = r.get("gops"), r.get("peak")
                     if r.get("gops") and r.get("gops_median"):
                         row.noise = r["gops"] / r["gops_median"] - 1.0
+                    row.steal = result.get("steal")
                     if r.get("peak_error"):
                         row.notes.append(f"peak: {r['peak_error']}")
                     print_row(row)
