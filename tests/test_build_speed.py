@@ -9,7 +9,7 @@ masked registers as ``<... object at 0x...>``).
 
 The set is small so it runs in seconds: one tile per ISA path and step kind, with output
 stages that use scales, bias, eltwise post-ops, sum, binary and every dst type, plus a
-depthwise, a pooling, a reorder and an eltwise kernel. ``INT8JIT_WIDE_BACKEND_CHECK=1``
+depthwise, a pooling, a reorder, an eltwise and the thread pool's two kernels. ``INT8JIT_WIDE_BACKEND_CHECK=1``
 adds a wider corpus (226 kernels at the library's own tile sizes; ~5 minutes), worth a
 run after PeachPy changes. The same corpus, generated before the lean path existed,
 matched the lean path's bytes and listings.
@@ -24,7 +24,7 @@ import re
 import pytest
 
 from jit import asm, backend, build
-from jit import copy_kernel, depthwise_kernel, eltwise, gemm_kernel, pooling_kernel, reorder_kernel
+from jit import copy_kernel, depthwise_kernel, eltwise, gemm_kernel, pool_kernel, pooling_kernel, reorder_kernel
 from jit.dot import path_for
 from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
 
@@ -61,6 +61,8 @@ KERNELS = {
     "pooling-avx512": lambda: pooling_kernel.generate(
         pooling_kernel.PoolKernelSpec("avx512_core", "avg_exclude_padding", "u8", "f32", kw=3, kh=3, s16_sums=True)),
     "copy-rows": copy_kernel.generate,
+    "pool-worker": pool_kernel.generate_worker,
+    "pool-fork-join": pool_kernel.generate_fork_join,
     "reorder-avx512": lambda: reorder_kernel.generate(
         reorder_kernel.ReorderKernelSpec("avx512_core", "f32", "u8", ("row", "none", "none", "col"))),
     "eltwise-avx2": lambda: eltwise.generate_chain(path_for("avx2"), (("gelu_erf",), ("tanh",), ("relu", 0.1))),
