@@ -663,6 +663,7 @@ class _Convolution(GemmKernels, Primitive):
                 items.append((slot * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
                               OW, h1 - h0, row0, copy))
         threads = min(pd.threads, packs[0][0].tiles if by_columns else len(items))
+        classes = self._row_classes if not pd._flat_src() else (lambda row0, outer: [(0, outer, 0, len(offsets))])
         per_thread = [[] for _ in range(threads)]
         all_items, keep = [], [offsets]
         for grp, (packed, choice) in enumerate(packs):
@@ -690,20 +691,55 @@ class _Convolution(GemmKernels, Primitive):
                     for a_off, c_off, m, outer, row0, copy in its:
                         if copy is not None and chunk == 0 and grp == 0:
                             per_thread[t].append(copy)
-                        s = new_args(packed, k_pos, sw * pixel, OC * dbytes, out, c0, c1, row0, row0 + m)
-                        s.outer, s.a_outer_stride, s.c_outer_stride = outer, sh * Wp * pixel, OW * OC * dbytes
-                        s.pos_off = ffi.cast("int64_t *", pointer_to(offsets))
-                        s.pos_end = s.pos_off + len(offsets)
-                        s.m = m
-                        per_thread[t].append((kernel.function, s))
                         col0 = grp * g.ocg + c0
-                        all_items.append((s, a_off + grp * g.icgp, c_off + col0 * dbytes, col0, row0))
+                        for first, rows, lo, hi in classes(row0, outer):
+                            r0 = row0 + first * OW
+                            s = new_args(packed, k_pos, sw * pixel, OC * dbytes, out, c0, c1, r0, r0 + m)
+                            s.outer, s.a_outer_stride, s.c_outer_stride = rows, sh * Wp * pixel, OW * OC * dbytes
+                            s.pos_off = ffi.cast("int64_t *", pointer_to(offsets)) + lo
+                            s.pos_end = s.pos_off + (hi - lo)
+                            if lo:  # B of the skipped runs
+                                s.b = ffi.cast("char *", s.b) + lo * (packed.tile_stride // len(offsets))
+                            s.m = m
+                            per_thread[t].append((kernel.function, s))
+                            all_items.append((s, a_off + first * sh * Wp * pixel + grp * g.icgp,
+                                              c_off + first * OW * OC * dbytes + col0 * dbytes, col0, r0))
         keep.append(rows_src)
         plan = {"items": all_items, "calls": CallPlan(per_thread), "keep": keep}
         if len(self._plans) > 8:
             self._plans.clear()
         self._plans[key] = plan
         return plan
+
+    def _row_classes(self, row0: int, outer: int) -> list:
+        """An item's output rows (the first at dst row ``row0``, ``outer`` of them) as runs
+        of rows that read the same window rows: (first, count, first K run, end run).
+
+        A 2-D window row that lies wholly in the top or bottom padding adds only
+        zeros (a u8 source without a zero point pads with 0, and its column
+        compensation is 0), so those rows skip its K runs and their B: res4's 3x3 layer
+        (14 rows) did 2 of its 42 window rows' work for nothing, res5's (7 rows) 2 of 21.
+        Other sources, 3-D windows and rows with no window row inside keep every run."""
+        g = self.pd.geometry
+        runs = g.runs[0]
+        kh_count = g.ker[1]
+        if self.pd.output.col_comp or g.ker[0] != 1 or runs % kh_count:
+            return [(0, outer, 0, runs)]
+        per_kh = runs // kh_count  # K runs a window row (KW of them unless folded)
+        OW, OH = g.out[2], g.out[1]
+        h0 = (row0 // OW) % OH
+        out = []
+        for i in range(outer):
+            top = (h0 + i) * g.stride[1] - g.pad_l[1]  # the window's first source row
+            step = g.dil[1] + 1
+            lo = next((kh for kh in range(kh_count) if top + kh * step >= 0), kh_count)
+            hi = next((kh for kh in reversed(range(kh_count)) if top + kh * step < g.src[1]), -1) + 1
+            run = (lo * per_kh, hi * per_kh) if hi > lo else (0, runs)
+            if out and out[-1][2:] == run:
+                out[-1] = (out[-1][0], out[-1][1] + 1, *run)
+            else:
+                out.append((i, 1, *run))
+        return out
 
     def _copy_slots(self, packs, count: int, by_columns: bool) -> list | None:
         """For the row copies: which padded image of the buffer each of ``count`` work
