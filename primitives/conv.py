@@ -14,7 +14,11 @@ How the source is read:
 * Otherwise the source is copied once per execution into a scratchpad buffer with the
   padding filled with the source zero point (so ``x - zp`` is 0 there and the
   compensation ``-zp * sum(W)`` is right at every border) and the channels of each
-  group padded to a multiple of 4 (zero weights there).
+  group padded to a multiple of 4 (zero weights there). Whole-pixel 2-D sources are
+  copied by the threads themselves, each the rows it reads, just before it reads them
+  (``_Convolution._plan``); a u8 source without a zero point pads with zeros, so output
+  rows at the top and bottom edge skip the window rows that lie in the padding
+  (``_Convolution._row_classes``).
 
 Weights: plain tags are packed at every execution; with ``any`` the descriptor asks for
 a packed layout (:class:`ConvWeightsLayout`): reorder the weights into it once. Packing
