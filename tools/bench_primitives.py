@@ -620,7 +620,7 @@ class Result:
     impl_onednn: str = ""
     notes: list = field(default_factory=list)
     torch_s: float | None = None  # conv: PyTorch's quantized conv2d
-    steal: float | None = None  # the hypervisor's share of the row's CPU time (host_steal)
+    steal: float | None = None  # the hypervisor's share of the row's CPU time (host_steal_counters)
 
     @property
     def torch_ratio(self):
