@@ -27,8 +27,6 @@ Example::
 """
 from __future__ import annotations
 
-import functools
-
 ARGS_CDEF = """
 struct i8j_copy_args {
     void *src; void *dst;
@@ -41,12 +39,11 @@ ISA = "avx2"
 PIECE = 32
 
 
-@functools.lru_cache(maxsize=None)
 def args_offsets() -> dict[str, int]:
-    from runtime.ffi import declare, ffi
+    from runtime.ffi import declare, struct_offsets
 
     declare(ARGS_CDEF, (SIGNATURE,))
-    return {f: ffi.offsetof("struct i8j_copy_args", f) for f in FIELDS}
+    return struct_offsets(ARGS_CDEF, "struct i8j_copy_args", FIELDS)
 
 
 def copy_kernel():

@@ -282,10 +282,9 @@ class DwKernelSpec:
 
 
 def args_offsets() -> dict[str, int]:
-    from runtime.ffi import declare, ffi
+    from runtime.ffi import struct_offsets
 
-    declare(ARGS_CDEF)
-    return {f: ffi.offsetof("struct i8j_dw_args", f) for f in FIELDS}
+    return struct_offsets(ARGS_CDEF, "struct i8j_dw_args", FIELDS)
 
 
 def generate(spec: DwKernelSpec):

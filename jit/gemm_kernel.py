@@ -29,7 +29,6 @@ in the argument struct: one kernel serves every shape.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from jit.dot import Path, emit_bytes, emit_ones_s16, emit_step, vector_constant, vector_register
@@ -145,13 +144,11 @@ def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int =
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
 
 
-@functools.lru_cache(maxsize=None)
 def args_offsets() -> dict[str, int]:
-    """Byte offsets of the argument struct's fields (once per process: about 1 ms of cffi)."""
-    from runtime.ffi import declare, ffi
+    """Byte offsets of the argument struct's fields."""
+    from runtime.ffi import struct_offsets
 
-    declare(ARGS_CDEF)
-    return {f: ffi.offsetof("struct i8j_gemm_args", f) for f in FIELDS}
+    return struct_offsets(ARGS_CDEF, "struct i8j_gemm_args", FIELDS)
 
 
 def generate(spec: GemmKernelSpec):

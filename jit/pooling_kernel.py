@@ -146,10 +146,9 @@ class PoolKernelSpec:
 
 
 def args_offsets() -> dict[str, int]:
-    from runtime.ffi import declare, ffi
+    from runtime.ffi import struct_offsets
 
-    declare(ARGS_CDEF)
-    return {f: ffi.offsetof("struct i8j_pool_args", f) for f in FIELDS}
+    return struct_offsets(ARGS_CDEF, "struct i8j_pool_args", FIELDS)
 
 
 def generate(spec: PoolKernelSpec):

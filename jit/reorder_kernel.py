@@ -121,12 +121,10 @@ def get_kernel(spec: ReorderKernelSpec):
 
 
 def args_offsets() -> dict[str, int]:
-    from runtime.ffi import declare, ffi
+    from runtime.ffi import struct_offsets
 
-    declare(ARGS_CDEF)
-    out = {f: ffi.offsetof("struct i8j_reorder_args", f)
-           for f in ("src", "src_stride", "dst", "dst_stride", "rows", "n", "attr", "attr_stride")}
-    return out
+    return struct_offsets(ARGS_CDEF, "struct i8j_reorder_args",
+                          ("src", "src_stride", "dst", "dst_stride", "rows", "n", "attr", "attr_stride"))
 
 
 def generate(spec: ReorderKernelSpec):

@@ -5,6 +5,7 @@ through :func:`declare`, so function pointers and structs all live in one FFI.
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 import cffi
@@ -37,6 +38,16 @@ def declare(cdef: str, signatures: tuple[str, ...] = ()) -> None:
             _declared.add(cdef)
     for signature in signatures:
         ffi.typeof(signature)  # cffi keeps the parsed type
+
+
+@functools.lru_cache(maxsize=None)
+def struct_offsets(cdef: str, struct: str, fields: tuple[str, ...]) -> dict[str, int]:
+    """Declare ``cdef`` and return the byte offsets of ``fields`` in ``struct`` (a kernel's
+    argument struct, as its template addresses them). Once per process: cffi's
+    ``offsetof`` costs about 1 ms a struct. The dict is shared: read it, do not change it.
+    """
+    declare(cdef)
+    return {field: ffi.offsetof(struct, field) for field in fields}
 
 
 def pointer_to(array):
