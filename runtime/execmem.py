@@ -35,6 +35,16 @@ def _round_up(n: int, to: int) -> int:
     return (n + to - 1) // to * to
 
 
+def map_pages(nbytes: int, what: str) -> int:
+    """The address of a new private anonymous read+write mapping of ``nbytes`` (a multiple
+    of the page size); ``what`` names it in the MemoryError when the system refuses."""
+    ptr = libc.mmap(ffi.NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    address = int(ffi.cast("uintptr_t", ptr))
+    if address == MAP_FAILED:
+        raise MemoryError(f"mmap of {nbytes} bytes for {what} failed (errno {ffi.errno})")
+    return address
+
+
 def _unmap(address: int, size: int) -> None:
     libc.munmap(ffi.cast("void *", address), size)
 
@@ -49,10 +59,7 @@ class ExecutableMemory:
         code_span = _round_up(len(code), PAGE)
         const_span = _round_up(len(const), PAGE) if const else 0
         self.size = code_span + const_span
-        ptr = libc.mmap(ffi.NULL, self.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-        address = int(ffi.cast("uintptr_t", ptr))
-        if address == MAP_FAILED:
-            raise MemoryError(f"mmap of {self.size} bytes failed (errno {ffi.errno})")
+        address = map_pages(self.size, "executable memory")
         self.address = address
         self.const_address = address + code_span
         self._finalizer = weakref.finalize(self, _unmap, address, self.size)

@@ -19,8 +19,8 @@ import threading
 import time
 
 from jit import pool_kernel as pk
-from runtime.execmem import MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE
-from runtime.ffi import declare, ffi, libc
+from runtime.execmem import PAGE, map_pages
+from runtime.ffi import declare, ffi
 from runtime.kernel import Kernel
 
 declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE))
@@ -65,11 +65,8 @@ class _Team:
         # The slots live in a mapping that is never unmapped: at exit the interpreter
         # frees its objects while a worker may still poll its slot. (Teams are reused; a
         # process makes one per concurrent caller and team size.)
-        nbytes = -(-size * ffi.sizeof("struct i8j_slot") // 4096) * 4096
-        memory = libc.mmap(ffi.NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-        if int(ffi.cast("intptr_t", memory)) == -1:
-            raise MemoryError(f"mmap of {nbytes} bytes for the thread pool's slots failed (errno {ffi.errno})")
-        first = ffi.cast("struct i8j_slot *", memory)
+        nbytes = -(-size * ffi.sizeof("struct i8j_slot") // PAGE) * PAGE
+        first = ffi.cast("struct i8j_slot *", map_pages(nbytes, "the thread pool's slots"))
         self.slots = [first + i for i in range(size)]
         self.pointers = ffi.new("struct i8j_slot *[]", self.slots)
         for slot in self.slots:
