@@ -21,7 +21,6 @@ import time
 from jit import pool_kernel as pk
 from runtime.execmem import PAGE, map_pages
 from runtime.ffi import declare, ffi
-from runtime.kernel import Kernel
 
 declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE))
 # INT8JIT_SPIN_POOL=0: run the lists on runtime.threads' parked Python workers instead
@@ -45,15 +44,12 @@ def _load() -> tuple:
                                   ("claim", pk.CLAIM), ("calls", pk.CALLS), ("ncalls", pk.NCALLS),
                                   ("spins", pk.SPINS), ("claimed", pk.CLAIMED)):
                 assert ffi.offsetof("struct i8j_slot", field) == offset, field
-            # A copy of the cached code of our own: jit.cache.clear_memory() unmaps the
-            # cache's kernels, and a worker never leaves this code.
-            # Kept mapped even at exit: a worker may still be polling when the interpreter
-            # shuts down (weakref.finalize would unmap the code under it).
-            own = []
-            for name, generate in (("worker", pk.generate_worker), ("fork_join", pk.generate_fork_join)):
-                cached = cache.get_kernel(("pool", name), generate)
-                own.append(Kernel(cached.name, cached.code(), signature=cached.signature, isa=cached.isa).keep())
-            _kernels = tuple(own)
+            # Held here (jit.cache.clear_memory() only forgets kernels) and kept mapped even
+            # at exit: a worker never leaves this code, and may still be polling when the
+            # interpreter shuts down (weakref.finalize would unmap the code under it).
+            _kernels = tuple(cache.get_kernel(("pool", name), generate).keep()
+                             for name, generate in (("worker", pk.generate_worker),
+                                                    ("fork_join", pk.generate_fork_join)))
     return _kernels
 
 

@@ -131,7 +131,7 @@ def test_exit_while_a_worker_polls():
 
 
 def test_kept_kernels_stay_mapped():
-    """Kernel.keep(): close() leaves the code mapped and callable (the pool's own copies)."""
+    """Kernel.keep(): close() leaves the code mapped and callable (the pool's kernels)."""
     from jit.copy_kernel import copy_kernel
 
     cached = copy_kernel()
