@@ -650,10 +650,11 @@ class _Convolution(GemmKernels, Primitive):
         image = Dp * Hp * Wp * pixel
         by_columns = pd._split_columns()
         parts = 1 if by_columns else pd.threads  # how many ways the pixels split
-        # Work items: (a offset, dst offset, rows m, outer blocks, first dst row, its row copy).
+        # Work items: (a offset, dst offset, rows m, first dst row, its row copy, its output
+        # rows as classes that read the same K runs (_row_classes)).
         if pd._flat_src():  # one GEMM over every pixel
             total = g.n * OD * OH * OW
-            items = [(p0 * pixel, p0 * OC * dbytes, p1 - p0, 1, p0, None)
+            items = [(p0 * pixel, p0 * OC * dbytes, p1 - p0, p0, None, [(0, 1, 0, len(offsets))])
                      for p0, p1 in split(total, parts, 8)]
         else:
             per_image = max(1, parts // max(1, g.n * OD))
@@ -665,9 +666,8 @@ class _Convolution(GemmKernels, Primitive):
                 slot = n if slots is None else slots[j]  # the padded image the item reads
                 copy = None if rows_src is None else self._row_copy(rows_src, a, pixel, n, h0, h1, slot)
                 items.append((slot * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
-                              OW, h1 - h0, row0, copy))
+                              OW, row0, copy, self._row_classes(h0, h1 - h0)))
         threads = min(pd.threads, packs[0][0].tiles if by_columns else len(items))
-        classes = self._row_classes if not pd._flat_src() else (lambda row0, outer: [(0, outer, 0, len(offsets))])
         per_thread = [[] for _ in range(threads)]
         all_items, keep = [], [offsets]
         for grp, (packed, choice) in enumerate(packs):
@@ -692,11 +692,11 @@ class _Convolution(GemmKernels, Primitive):
             for t, (its, tile_chunks) in enumerate(work):
                 for chunk, (t0, t1) in enumerate(tile_chunks):
                     c0, c1 = t0 * packed.tile_n, min(g.ocg, t1 * packed.tile_n)
-                    for a_off, c_off, m, outer, row0, copy in its:
+                    for a_off, c_off, m, row0, copy, classes in its:
                         if copy is not None and chunk == 0 and grp == 0:
                             per_thread[t].append(copy)
                         col0 = grp * g.ocg + c0
-                        for first, rows, lo, hi in classes(row0, outer):
+                        for first, rows, lo, hi in classes:
                             r0 = row0 + first * OW
                             s = new_args(packed, k_pos, sw * pixel, OC * dbytes, out, c0, c1, r0, r0 + m)
                             s.outer, s.a_outer_stride, s.c_outer_stride = rows, sh * Wp * pixel, OW * OC * dbytes
@@ -715,9 +715,9 @@ class _Convolution(GemmKernels, Primitive):
         self._plans[key] = plan
         return plan
 
-    def _row_classes(self, row0: int, outer: int) -> list:
-        """An item's output rows (the first at dst row ``row0``, ``outer`` of them) as runs
-        of rows that read the same window rows: (first, count, first K run, end run).
+    def _row_classes(self, h0: int, outer: int) -> list:
+        """An item's output rows (``outer`` of them from output row ``h0`` of a plane) as
+        runs of rows that read the same window rows: (first, count, first K run, end run).
 
         A 2-D window row that lies wholly in the top or bottom padding adds only
         zeros (a u8 source without a zero point pads with 0, and its column
@@ -730,12 +730,10 @@ class _Convolution(GemmKernels, Primitive):
         if self.pd.output.col_comp or g.ker[0] != 1 or runs % kh_count:
             return [(0, outer, 0, runs)]
         per_kh = runs // kh_count  # K runs a window row (KW of them unless folded)
-        OW, OH = g.out[2], g.out[1]
-        h0 = (row0 // OW) % OH
+        step = g.dil[1] + 1
         out = []
         for i in range(outer):
             top = (h0 + i) * g.stride[1] - g.pad_l[1]  # the window's first source row
-            step = g.dil[1] + 1
             lo = next((kh for kh in range(kh_count) if top + kh * step >= 0), kh_count)
             hi = next((kh for kh in reversed(range(kh_count)) if top + kh * step < g.src[1]), -1) + 1
             run = (lo * per_kh, hi * per_kh) if hi > lo else (0, runs)
