@@ -246,6 +246,20 @@ def test_conv_tile_model():
     assert tile(512, 7, "avx2") == (5, 2)  # 16 registers: GEMM's own tile width
 
 
+def test_flat_tile_rows_fit_the_pixel_count():
+    """A 1x1 layer's block height follows its pixel count: res5's 49 pixels as 9 x 5 + 4
+    rather than 8 x 6 + 1; thousands of pixels keep the tallest block."""
+    from primitives.conv import Geometry, flat_tile_rows
+    from primitives.gemm import fast_path
+
+    path = fast_path("avx512_core_vnni")
+    g = Geometry(1, 1, 2048, 512, (1, 7, 7), (1, 1, 1), (1, 7, 7), (1, 1, 1), (0, 0, 0), (0, 0, 0), (0, 0, 0))
+    assert g.flat
+    assert flat_tile_rows(path, g, 4, (49,)) == 5
+    assert flat_tile_rows(path, g, 4, (3136,)) == 6
+    assert flat_tile_rows(path, g, 4, (48,)) == 6
+
+
 def test_source_zero_point_at_borders(isa_path):
     """Source zero point with padding: the window's padded part contributes exactly 0."""
     rng = np.random.default_rng(8)
