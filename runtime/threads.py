@@ -53,6 +53,17 @@ class _Worker:
             raise error
 
 
+def _forget_after_fork() -> None:
+    """A forked child has none of the parent's threads: its parked workers are not
+    there to wake (a child that ran a parallel call waited for them forever)."""
+    global _idle_lock
+    _idle.clear()
+    _idle_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _take_workers(n: int) -> list:
     with _idle_lock:
         taken = [_idle.pop() for _ in range(min(n, len(_idle)))]

@@ -78,7 +78,12 @@ def test_kernel_cache_clear_leaves_the_workers_alone():
     assert _counts(cells) == [[2], [2]]
 
 
-def test_forked_child_gets_its_own_team():
+@pytest.mark.parametrize("spinning", [True, False], ids=["spinning", "parked"])
+def test_forked_child_gets_its_own_team(monkeypatch, spinning):
+    """A child forked after parallel calls runs them on threads of its own: the
+    spinning pool's teams, or (one core, INT8JIT_SPIN_POOL=0) the parked Python workers
+    (the child waited forever for its parent's parked workers, which it does not have)."""
+    monkeypatch.setattr(pool, "ENABLED", spinning)
     plan, cells = _plan([1, 1])
     plan.run()
     pid = os.fork()
@@ -88,8 +93,14 @@ def test_forked_child_gets_its_own_team():
             os._exit(0 if _counts(cells) == [[2], [2]] else 1)
         finally:
             os._exit(2)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:  # a failure, not a hung test run
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's parallel call did not return within 60 s")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
     assert _counts(cells) == [[1], [1]]  # the child's runs did not touch the parent's memory
 
 
