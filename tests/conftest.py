@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,26 @@ from runtime import isa as isa_mod
 from runtime.ffi import ffi, libc
 
 ALL_ISAS = isa_mod.LADDER
+
+
+def _synthetic_cpu(level: str) -> None:
+    """``INT8JIT_TEST_CPU=<ladder level>``: the probe answers, in this test process, for a
+    CPU whose best path is ``level`` (what a machine without the paths above it runs:
+    their tests skip, their kernels are still generated and disassembled)."""
+    from runtime import cpu
+
+    level = isa_mod.check_name(level, "INT8JIT_TEST_CPU")
+    if not isa_mod.cpu_supports(level):  # its kernels run: they must run on this machine
+        raise pytest.UsageError(f"INT8JIT_TEST_CPU: this machine cannot run the {level} path "
+                                f"(it runs: {', '.join(isa_mod.supported()) or 'none'})")
+    features = ("osxsave", "avx") + isa_mod.REQUIRES[level]
+    xcr0 = cpu.XCR0_YMM | (cpu.XCR0_ZMM if "avx512f" in features else 0)
+    regs = cpu.encode_registers(features, brand=f"synthetic {level} CPU (INT8JIT_TEST_CPU)")
+    cpu._cached = cpu.CpuInfo.from_registers(regs, xcr0)
+
+
+if os.environ.get("INT8JIT_TEST_CPU", "").strip():
+    _synthetic_cpu(os.environ["INT8JIT_TEST_CPU"])
 
 # What each ladder level needs beyond the one below, in words for skip reasons.
 _FEATURE_WORDS = {

@@ -1,0 +1,37 @@
+"""The test suite on a CPU with fewer paths than this one (conftest's INT8JIT_TEST_CPU).
+
+CI may run on another x86-64 CPU. Capping the ISA runs every path this machine has;
+this checks what a machine that lacks the upper paths does: the probe's answer picks the
+best path it has, the tests of the others skip with the missing feature named, and
+their kernels are still generated and disassembled. A subset of the suite (the
+convolution's tests and ``dump-asm conv``) runs in a child pytest for each lower level.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime import isa as isa_mod
+
+ROOT = Path(__file__).resolve().parent.parent
+LOWER = list(isa_mod.supported()[:-1])  # the paths under this CPU's best
+
+
+@pytest.mark.parametrize("level", LOWER or [pytest.param("none", marks=pytest.mark.skip(
+    reason="this CPU runs one path only: there is no lower level to pretend"))])
+def test_suite_subset_on_a_cpu_with_fewer_paths(level):
+    env = dict(os.environ, INT8JIT_TEST_CPU=level, PYTHONDONTWRITEBYTECODE="1")
+    env.pop(isa_mod.ENV_CAP, None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs",
+                           "tests/test_conv.py", "tests/test_dump_asm_conv.py"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    above = isa_mod.LADDER[isa_mod.LADDER.index(level) + 1:]
+    for path in above:  # each path above the pretended CPU's was skipped, saying why
+        assert "CPU lacks" in out and f"(needed by the {path} path)" in out, (path, out[-3000:])
+    assert f"(needed by the {level} path)" not in out
