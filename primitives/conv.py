@@ -144,6 +144,30 @@ class Geometry:
         count, k = self.runs
         return count * -(-k // 4) * 4
 
+    def window_runs(self, h: int) -> tuple:
+        """The K runs output row ``h`` (of a plane) must read: ``(first, end)``.
+
+        A 2-D window row that lies wholly in the top or bottom padding adds the padding
+        value times its weights, which the column compensation takes away again, so rows
+        there skip its K runs and their B (and take a compensation of the runs they read):
+        res4's 3x3 layer (14 rows) did 2 of its 42 window rows' work for nothing, res5's
+        (7 rows) 2 of 21. 3-D windows and rows with no window row inside read every run."""
+        runs, kh_count = self.runs[0], self.ker[1]
+        if self.ker[0] != 1 or runs % kh_count:
+            return 0, runs
+        per_kh = runs // kh_count  # K runs a window row (KW of them unless folded)
+        step = self.dil[1] + 1
+        top = h * self.stride[1] - self.pad_l[1]  # the window's first source row
+        lo = next((kh for kh in range(kh_count) if top + kh * step >= 0), kh_count)
+        hi = next((kh for kh in reversed(range(kh_count)) if top + kh * step < self.src[1]), -1) + 1
+        return (lo * per_kh, hi * per_kh) if hi > lo else (0, runs)
+
+    @property
+    def partial_runs(self) -> tuple:
+        """The distinct ``window_runs`` short of all runs, over the output rows."""
+        full = (0, self.runs[0])
+        return tuple(sorted({self.window_runs(h) for h in range(self.out[1])} - {full}))
+
 
 @dataclass(frozen=True)
 class ConvWeightsLayout:
@@ -198,7 +222,10 @@ class ConvWeightsLayout:
                 choice = self.decide("faithful", b)
             else:
                 choice = self.decide("exact" if self.policy == "halve_weights" else self.policy, b)
-            out.append((pack_b(b, choice.path, choice.nr), choice))
+            packed = pack_b(b, choice.path, choice.nr)
+            run_colsum = np.zeros((self.geometry.runs[0], packed.colsum.size), np.int64)
+            run_colsum[:, :b.shape[1]] = b.astype(np.int64).reshape(run_colsum.shape[0], -1, b.shape[1]).sum(axis=1)
+            out.append((replace(packed, run_colsum=run_colsum), choice))
         return out
 
     def pack(self, src_logical: np.ndarray, dst: Memory) -> None:
@@ -215,8 +242,7 @@ class ConvWeightsLayout:
             comp = buf[at + size: at + size + 4 * packed.colsum.size].view(np.int32)
             comp[:] = packed.colsum.astype(np.int32)
             at += size + 4 * packed.colsum.size
-            payload.append((PackedB(view, packed.n, packed.k, packed.tile_n, packed.tiles, packed.tile_stride,
-                                    packed.colsum, packed.safe_pairs, packed.total_pairs), choice))
+            payload.append((replace(packed, data=view), choice))
         dst.payload = payload
 
 
@@ -339,7 +365,14 @@ class ConvolutionDesc(PrimitiveDesc):
         n_out = g.n * g.out[0] * g.out[1] * g.out[2]
         self._pad_bytes = 0 if self._direct_src() else g.n * _prod(g.padded) * G * g.icgp
         self._dst_tmp_bytes = 0 if dst_md.perm == cl else n_out * OC * dst_md.itemsize
-        self._cols_bytes = 4 * 4 * G * self._ocgp
+        # Rows skip window rows in the padding (Geometry.window_runs), except where the
+        # padding's products may saturate VPMADDUBSW (faithful: the model's saturation
+        # includes them); with a compensation, rows that skip take one of their own: one
+        # more column array per distinct run range.
+        self._skip_padding = not (attr.policy == "faithful" and self.fast.path.kind == "maddubsw" and
+                                  self.output.col_comp)
+        self._partial = g.partial_runs if self.output.col_comp and self._skip_padding else ()
+        self._cols_bytes = 4 * (4 + len(self._partial)) * G * self._ocgp
         self.scratchpad_nbytes = _align(self._pad_bytes) + _align(self._dst_tmp_bytes) + self._cols_bytes
         if verbose.enabled("dispatch"):
             verbose.dispatch(self.kind, self.impl_name(), "chosen: " + self.fast.reason)
@@ -534,7 +567,7 @@ class _Convolution(GemmKernels, Primitive):
         kept = pd.attr.scratchpad_mode != "user"
         pad_end = _align(pd._pad_bytes)
         tmp_end = pad_end + _align(pd._dst_tmp_bytes)
-        cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(4, G, pd._ocgp)
+        cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(-1, G, pd._ocgp)
         comp, scale, bias, dzp = cols[0].view(np.int32), cols[1], cols[2], cols[3]
 
         # The source as the kernel reads it.
@@ -605,6 +638,9 @@ class _Convolution(GemmKernels, Primitive):
         def put_comp():
             for grp, (packed, _) in enumerate(packs):
                 comp[grp] = (-ao * packed.colsum[:pd._ocgp]).astype(np.uint32).view(np.int32)
+                for i, (lo, hi) in enumerate(pd._partial):  # the rows that read runs lo..hi
+                    part = packed.run_colsum[lo:hi, :pd._ocgp].sum(axis=0)
+                    cols[4 + i].view(np.int32)[grp] = (-ao * part).astype(np.uint32).view(np.int32)
         # Weights packed at this call are new objects (an id may repeat): always recompute.
         refresh(written, "comp", (tuple(id(p) for p, _ in packs), ao) if wmem.desc.is_packed else None, put_comp)
         binaries = []
@@ -660,7 +696,7 @@ class _Convolution(GemmKernels, Primitive):
         OD, OH, OW = g.out
         sd, sh, sw = g.stride
         tmp_end = _align(pd._pad_bytes) + _align(pd._dst_tmp_bytes)
-        cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(4, G, pd._ocgp)
+        cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(-1, G, pd._ocgp)
         fold = g.runs[0] < g.positions  # a run per (kd, kh), kw inside it (Geometry.runs)
         k_pos = g.runs[1]
         offsets = np.array([((kd * (g.dil[0] + 1) * Hp + kh * (g.dil[1] + 1)) * Wp + kw * (g.dil[2] + 1)) * pixel
@@ -723,6 +759,9 @@ class _Convolution(GemmKernels, Primitive):
                             s.pos_end = s.pos_off + (hi - lo)
                             if lo:  # B of the skipped runs
                                 s.b = ffi.cast("char *", s.b) + lo * (packed.tile_stride // len(offsets))
+                            if (lo, hi) in pd._partial:  # the compensation of the runs it reads
+                                i = pd._partial.index((lo, hi))
+                                s.col_comp = pointer_to(cols[4 + i].view(np.int32)[grp]) + 4 * c0
                             s.m = m
                             per_thread[t].append((kernel.function, s))
                             all_items.append((s, a_off + first * sh * Wp * pixel + grp * g.icgp,
@@ -736,26 +775,14 @@ class _Convolution(GemmKernels, Primitive):
 
     def _row_classes(self, h0: int, outer: int) -> list:
         """An item's output rows (``outer`` of them from output row ``h0`` of a plane) as
-        runs of rows that read the same window rows: (first, count, first K run, end run).
-
-        A 2-D window row that lies wholly in the top or bottom padding adds only
-        zeros (a u8 source without a zero point pads with 0, and its column
-        compensation is 0), so those rows skip its K runs and their B: res4's 3x3 layer
-        (14 rows) did 2 of its 42 window rows' work for nothing, res5's (7 rows) 2 of 21.
-        Other sources, 3-D windows and rows with no window row inside keep every run."""
+        runs of rows that read the same K runs (``Geometry.window_runs``): (first, count,
+        first K run, end run)."""
         g = self.pd.geometry
-        runs = g.runs[0]
-        kh_count = g.ker[1]
-        if self.pd.output.col_comp or g.ker[0] != 1 or runs % kh_count:
-            return [(0, outer, 0, runs)]
-        per_kh = runs // kh_count  # K runs a window row (KW of them unless folded)
-        step = g.dil[1] + 1
+        if not self.pd._skip_padding:
+            return [(0, outer, 0, g.runs[0])]
         out = []
         for i in range(outer):
-            top = (h0 + i) * g.stride[1] - g.pad_l[1]  # the window's first source row
-            lo = next((kh for kh in range(kh_count) if top + kh * step >= 0), kh_count)
-            hi = next((kh for kh in reversed(range(kh_count)) if top + kh * step < g.src[1]), -1) + 1
-            run = (lo * per_kh, hi * per_kh) if hi > lo else (0, runs)
+            run = g.window_runs(h0 + i)
             if out and out[-1][2:] == run:
                 out[-1] = (out[-1][0], out[-1][1] + 1, *run)
             else:

@@ -409,23 +409,28 @@ def test_row_copies_stay_inside_the_source(isa_path, guarded, where):
     np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
 
 
-@pytest.mark.parametrize("src_dt,zp", [("u8", None), ("u8", 3), ("s8", None)])
+@pytest.mark.parametrize("src_dt,zp,policy", [("u8", None, "exact"), ("u8", 3, "exact"), ("s8", None, "exact"),
+                                               ("s8", 5, "exact"), ("u8", 3, "faithful")])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_rows_in_the_padding_skip_their_window_rows(isa_path, src_dt, zp, threads):
+def test_rows_in_the_padding_skip_their_window_rows(isa_path, src_dt, zp, policy, threads):
     """Output rows whose window reaches into the top or bottom padding skip those window
-    rows' K runs (and their B) where the padding adds zeros: a u8 source without a zero
-    point. An s8 source or a zero point pads with values that count. Either way the
-    results are exact (stride 2, dilation 1 in H and 2 padding rows at the top)."""
+    rows' K runs (and their B). A u8 source without a zero point pads with zeros; an s8
+    source or a zero point pads with values the column compensation takes away, so rows
+    that skip take a compensation of the runs they read. Not where the padding's
+    products may saturate (faithful on VPMADDUBSW paths, with a compensation). Either way
+    the results are exact (stride 2, dilation 1 in H and 2 padding rows at the top;
+    weights in [-64, 64] for faithful, which then cannot saturate)."""
     from primitives.conv import ConvolutionDesc as Desc
 
     rng = np.random.default_rng(7)
     C, H, W, OC = 8, 9, 6, 20
     kw = dict(strides=(2, 1), padding_l=(2, 1), padding_r=(1, 1), dilation=(1, 0))
-    attr = Attr(zero_points={"src": 0}) if zp is not None else None
+    attr = Attr(zero_points={"src": 0} if zp is not None else None, policy=policy)
     OH = (H + 3 - 5) // 2 + 1
     pd = Desc(desc((2, C, H, W), src_dt, "nhwc"), desc((OC, C, 3, 3), "s8", "any"),
               desc((2, OC, OH, W), "s32", "nhwc"), attr=attr, isa=isa_path, threads=threads, **kw)
-    w = rng.integers(-128, 128, (OC, C, 3, 3)).astype(np.int8)
+    w_lo, w_hi = (-64, 65) if policy == "faithful" else (-128, 128)
+    w = rng.integers(w_lo, w_hi, (OC, C, 3, 3)).astype(np.int8)
     packed = Memory(pd.weights_desc())
     reorder_desc(desc(w.shape, "s8", "oihw"), pd.weights_desc()).create().execute({"src": w, "dst": packed})
     lo, hi = (0, 256) if src_dt == "u8" else (-128, 128)
@@ -435,11 +440,15 @@ def test_rows_in_the_padding_skip_their_window_rows(isa_path, src_dt, zp, thread
     if zp is not None:
         args["zero_points:src"] = np.int32([zp])
     prim = pd.create()
-    prim.execute(args)
-    xz = np.moveaxis(x.astype(np.int32) - (zp or 0), -1, 1)
-    want = conv_sum(xz, w, (2, 1), (2, 1), (1, 1), (1, 0))
-    np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
+    for z in ([zp, zp - 1] if zp is not None else [None]):  # a new zero point: new compensations
+        if z is not None:
+            args["zero_points:src"] = np.int32([z])
+        prim.execute(args)
+        xz = np.moveaxis(x.astype(np.int32) - (z or 0), -1, 1)
+        want = conv_sum(xz, w, (2, 1), (2, 1), (1, 1), (1, 0))
+        np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
     runs = pd.geometry.runs[0]
     spans = {int(s.pos_end - s.pos_off) for s, *_ in list(prim._plans.values())[-1]["items"]}
     assert max(spans) == runs
-    assert (min(spans) < runs) == (src_dt == "u8" and zp is None)
+    saturating = policy == "faithful" and pd.fast.path.kind == "maddubsw"
+    assert (min(spans) < runs) == (not saturating)
