@@ -58,6 +58,7 @@ from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputA
 from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
 from runtime import isa as isa_mod
+from runtime.caches import data_caches
 from runtime.ffi import ffi, pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads, split
@@ -65,8 +66,9 @@ from runtime.threads import resolve_threads, split
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 POLICIES = ("exact", "faithful", "halve_weights")
 _ONE = np.ones(1, np.float32)
-_L2_BUDGET = 1 << 20  # bytes of packed B a thread keeps in L2 while it sweeps its images
-_L1_BUDGET = 40 << 10  # bytes of a column tile's B that stay in L1 (48 KB) across row blocks
+# From the core's caches (runtime.caches; tuned on 48 KB of L1 data and 2 MB of L2):
+_L1_BUDGET = data_caches().l1d * 5 // 6  # bytes of a column tile's B that stay in L1 across row blocks
+_L2_BUDGET = max(data_caches().l2 // 2, _L1_BUDGET)  # bytes of packed B a thread keeps in L2 over its images
 
 
 def _tuple(name: str, value, n: int, lo: int) -> tuple:

@@ -502,3 +502,50 @@ def test_tool_peak_calls_measure_peak_per_supported_isa(capsys, monkeypatch):
     assert status == 0 and asked == ["avx2", "avx512_core"]
     assert re.search(r"^\s+avx2\s+123\.4 GOPS$", out, re.M)
     assert re.search(r"^\s+avx512_core\s+failed: RuntimeError: simulated failure$", out, re.M)
+
+
+# ------------------------------------------------------------------ data caches
+def _sysfs(root, caches):
+    for i, (level, kind, size) in enumerate(caches):
+        folder = root / f"index{i}"
+        folder.mkdir(parents=True)
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    return root
+
+
+def test_caches_read_from_sysfs(tmp_path):
+    from runtime.caches import read
+
+    root = _sysfs(tmp_path, [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                             (3, "Unified", "32768K")])
+    caches = read(root)
+    assert (caches.l1d, caches.l2, caches.source) == (32 << 10, 1 << 20, str(root))
+
+
+@pytest.mark.parametrize("broken", ["missing", "no_l1", "garbage"])
+def test_caches_fall_back_to_the_default(tmp_path, broken):
+    from runtime.caches import DEFAULT, read
+
+    if broken == "no_l1":
+        _sysfs(tmp_path, [(2, "Unified", "2048K")])
+    elif broken == "garbage":
+        _sysfs(tmp_path, [(1, "Data", "lots")])
+    assert read(tmp_path / "nothing" if broken == "missing" else tmp_path) == DEFAULT
+
+
+def test_conv_budgets_follow_the_caches():
+    """The convolution's blocking budgets come from this machine's caches."""
+    import primitives.conv as conv
+    from runtime.caches import data_caches
+
+    caches = data_caches()
+    assert conv._L1_BUDGET == caches.l1d * 5 // 6
+    assert conv._L2_BUDGET == max(caches.l2 // 2, conv._L1_BUDGET)
+
+
+def test_cpu_probe_reports_the_caches():
+    report = cpu_probe.collect()
+    assert set(report["caches"]) == {"l1d", "l2", "source"}
+    assert "L1 data" in cpu_probe.format_text(report)

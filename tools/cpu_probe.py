@@ -19,11 +19,13 @@ Exit status: 0, or 2 for a usage error (an unknown ISA name in ``INT8JIT_MAX_ISA
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any, Sequence
 
 from runtime import isa as isa_mod
+from runtime.caches import data_caches
 from runtime.cpu import FEATURES, CpuInfo, cpu_info
 
 PROG = "cpu-probe"
@@ -141,6 +143,7 @@ def collect(cap: str | None = None, peak: bool = False) -> dict[str, Any]:
         },
         "kernel_families": dict(KERNEL_FAMILY),
         "primitives": primitive_kernels(effective),
+        "caches": dataclasses.asdict(data_caches()),
     }
     if peak:
         report["peak"] = _measure_peaks(supported)
@@ -170,6 +173,8 @@ def format_text(report: dict[str, Any]) -> str:
         state = "-" if row["os_state"] is None else f"{_STATE_LABEL[row['os_state']]} {_yn(row['os_ok'])}"
         note = "   CPU yes, OS no" if row["cpu"] and not row["usable"] else ""
         lines.append(f"{row['name'].upper():<13} {_yn(row['cpu']):<4} {state:<10} {_yn(row['usable']):<7}{note}")
+    caches = report["caches"]
+    lines.append(f"caches    L1 data {caches['l1d'] >> 10} KB, L2 {caches['l2'] >> 10} KB a core  ({caches['source']})")
     lines.append("")
     lines.append("ISA ladder (lowest first)")
     for name in isa["ladder"]:
