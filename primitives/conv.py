@@ -55,7 +55,7 @@ from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from primitives.gemm import Choice, decide, fast_path, tile_vectors
 from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
-from primitives.gemm_pack import PackedB, pack_b
+from primitives.gemm_pack import pack_b
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
 from runtime import isa as isa_mod
 from runtime.caches import data_caches
