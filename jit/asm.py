@@ -285,6 +285,43 @@ def _speed_up_addresses() -> None:
 _speed_up_addresses()
 
 
+def _speed_up_memory_operands() -> None:
+    """Build ``[address]``, ``dword[address]`` and ``oword[address](k1)`` operands without
+    PeachPy's per-call imports and assertions.
+
+    ``MemoryOperand.__init__`` runs three ``import`` statements and an ``isinstance``
+    ladder for each operand (every instruction's memory operand is built again by
+    ``check_operand``): 3-4% of a first kernel's generation. The replacement stores what
+    PeachPy's code stores for an address that is a ``MemoryAddress`` (its index not a
+    masked register) or a 64-bit register, and an int size PeachPy knows; anything else
+    goes to PeachPy's own code, its assertions included.
+    """
+    from peachpy.x86_64 import operand, registers
+
+    memory_operand = operand.MemoryOperand
+    if getattr(memory_operand.__init__, "_int8jit_mended", False):
+        return
+    if "__init__" not in vars(memory_operand):
+        raise ImportError("PeachPy's MemoryOperand.__init__ is not where jit.asm's fast operands expect it")
+    init, address_type, gpr64 = memory_operand.__init__, operand.MemoryAddress, registers.GeneralPurposeRegister64
+    masked, sizes = registers.MaskedRegister, frozenset(operand.SizeSpecification._size_name_map)
+
+    def operand_init(self, address, size=None, mask=None, broadcast=None):
+        kind = type(address)
+        if (kind is gpr64 or kind is address_type and type(address.index) is not masked) and \
+                (size is None or type(size) is int and size in sizes):
+            self.symbol, self.size, self.mask, self.broadcast = None, size, mask, broadcast
+            self.address = address if kind is address_type else address_type(address)
+            return
+        init(self, address, size, mask, broadcast)
+
+    operand_init._int8jit_mended = True
+    memory_operand.__init__ = operand_init
+
+
+_speed_up_memory_operands()
+
+
 class Label(Label):  # noqa: F405 - PeachPy's, from the star import above
     """PeachPy's ``Label``, pre-named from the caller's line without ``inspect.stack()``.
 

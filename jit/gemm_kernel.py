@@ -200,13 +200,16 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     MOV(r13, [args + off["n"]])
     XOR(r14.as_dword, r14.as_dword)
 
+    def row_address(bases, stride, i):
+        """Row ``i``: its group's base (rows 0-2, 3-5, 6-8) plus 0, 1 or 2 strides."""
+        base, j = bases[i // 3], i % 3
+        return base + 0 if j == 0 else base + stride * j
+
     def a_row(i):
-        base = (rdx, rcx, r12)[i // 3]
-        return [base + 0, base + r8 * 1, base + r8 * 2][i % 3]
+        return row_address((rdx, rcx, r12), r8, i)
 
     def c_row(i):
-        base = (r10, rcx, r12)[i // 3]
-        return [base + 0, base + r11 * 1, base + r11 * 2][i % 3]
+        return row_address((r10, rcx, r12), r11, i)
 
     def row_bases(first, stride, rows: int) -> None:
         # rcx = first + 3 strides (rows 3-5), r12 = first + 6 strides (rows 6-8)

@@ -232,6 +232,36 @@ def test_fast_addresses_keep_peachpys_errors(bad):
         bad()
 
 
+@pytest.mark.parametrize("make", [
+    lambda: asm.dword[asm.rdi + 8], lambda: asm.oword[asm.rdi], lambda: asm.zword[asm.rsi + asm.rcx * 2 + 64],
+    lambda: asm.oword[asm.rdi + 16](asm.k1), lambda: asm.zword[asm.rbx](asm.k2.z), lambda: asm.qword[asm.rdi + 0],
+])
+def test_fast_memory_operands_equal_peachpys(make):
+    from peachpy.x86_64 import operand
+
+    mended = operand.MemoryOperand.__init__
+    assert getattr(mended, "_int8jit_mended", False)
+    fast = make()
+    try:
+        operand.MemoryOperand.__init__ = _closed_over(mended, "init")
+        slow = make()
+    finally:
+        operand.MemoryOperand.__init__ = mended
+    assert type(fast) is type(slow) and vars(fast).keys() == vars(slow).keys()
+    assert str(fast) == str(slow) and fast.size == slow.size and fast.symbol is slow.symbol
+    assert vars(fast.address) == vars(slow.address)
+    if slow.mask is None:
+        assert fast.mask is None
+    else:
+        assert type(fast.mask) is type(slow.mask) and vars(fast.mask) == vars(slow.mask)
+
+
+@pytest.mark.parametrize("bad", [lambda: asm.dword[asm.ecx], lambda: asm.operand.MemoryOperand(asm.rdi, size=3)])
+def test_fast_memory_operands_keep_peachpys_errors(bad):
+    with pytest.raises((AssertionError, TypeError, ValueError)):
+        bad()
+
+
 def _closed_over(function, name):
     cells = dict(zip(function.__code__.co_freevars, function.__closure__))
     return cells[name].cell_contents
