@@ -211,6 +211,8 @@ def _speed_up_check_operand() -> None:
             if function:
                 constant.name = _copy.deepcopy(constant.name, function._names_memo)
             return memory_operand(constant)
+        if isinstance(value, label_type):  # jit.asm.Label, defined after this ran
+            return value
         return original(value)
 
     check_operand._int8jit_mended = True
