@@ -167,14 +167,14 @@ def format_text(report: dict[str, Any]) -> str:
     xcr0 = cpu["xcr0"] or "not readable (OSXSAVE clear)"
     lines.append(f"XCR0      {xcr0}  (CPU can save {cpu['xcr0_supported']})  OS saves: YMM {_yn(st['os_ymm'])},"
                  f" ZMM {_yn(st['os_zmm'])}, AMX tiles {_yn(st['os_amx'])}")
+    caches = report["caches"]
+    lines.append(f"caches    L1 data {caches['l1d'] >> 10} KB, L2 {caches['l2'] >> 10} KB a core  ({caches['source']})")
     lines.append("")
     lines.append(f"{'feature':<13} {'CPU':<4} {'OS state':<10} {'usable':<7}")
     for row in report["feature_table"]:
         state = "-" if row["os_state"] is None else f"{_STATE_LABEL[row['os_state']]} {_yn(row['os_ok'])}"
         note = "   CPU yes, OS no" if row["cpu"] and not row["usable"] else ""
         lines.append(f"{row['name'].upper():<13} {_yn(row['cpu']):<4} {state:<10} {_yn(row['usable']):<7}{note}")
-    caches = report["caches"]
-    lines.append(f"caches    L1 data {caches['l1d'] >> 10} KB, L2 {caches['l2'] >> 10} KB a core  ({caches['source']})")
     lines.append("")
     lines.append("ISA ladder (lowest first)")
     for name in isa["ladder"]:
