@@ -101,3 +101,21 @@ def test_host_steal_reads_the_cpus_asked_for(monkeypatch, tmp_path):
     assert abs(bp.steal_fraction(before, after) - 70 / 100) < 1e-12
     assert bp.steal_fraction(after, after) is None and bp.steal_fraction(None, after) is None
     assert bp.host_steal_counters([5]) is None  # no such CPU in the file
+
+
+def test_conv_chain_quick_run(tmp_path):
+    """``int8jit-bench conv --chain``: the layers called one after another, one row per
+    batch and thread count, both sides timed (oneDNN where it is installed)."""
+    from tools import onednn
+
+    md = tmp_path / "chain.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "conv", "--chain", "--quick", "--min-time", "0.005", "--threads", "1",
+         "--layers", "res2 1x1 64->64,res3 1x1 512->128", "--batch", "1,2", "--markdown", str(md)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| 2 |")]
+    assert [row.split(" | ")[1:3] for row in rows] == [["1", "1"], ["2", "1"]]
+    if onednn.available()[0]:
+        assert all(row.split(" | ")[4] != "n/a" for row in rows), rows

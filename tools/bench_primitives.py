@@ -416,6 +416,13 @@ def _server() -> None:
                 answer({"impl": side.impl, "create_ms": side.create_ms})
             elif op == "time":
                 answer({"s": _timed(sides[req["id"]].call, req["n"])})
+            elif op == "chain":  # the layers one after another, as a network calls them
+                calls = [sides[i].call for i in req["ids"]]
+
+                def chain():
+                    for call in calls:
+                        call()
+                answer({"s": _timed(chain, req["n"])})
             elif op == "save":
                 np.save(req["path"], sides[req["id"]].out)
                 answer({})
@@ -892,6 +899,66 @@ def run_problem(server, case, variants, isa, threads, min_time, min_rounds, chec
     return r
 
 
+def run_chain(server, cases, isa, threads, min_time, min_rounds) -> tuple[dict, float | None]:
+    """({side: best seconds of one pass}, steal) for ``cases`` called one after another,
+    as a network calls its layers: each call follows another layer's, which has pushed
+    this one's code, Python objects and weights out of the caches. A loop over one layer
+    keeps them all warm; per-call costs that only show cold show here."""
+    ours = [int8jit_setup(case, "fused", isa, threads).call for case in cases]
+
+    def chain():
+        for call in ours:
+            call()
+    series = {"int8jit": Series(_local_timed(chain), _first_call_s(_local_timed(chain)))}
+    if server is not None:
+        ids = [f"chain{i}" for i in range(len(cases))]
+        for ident, case in zip(ids, cases):
+            RemoteSide(server, ident, case, "fused")
+
+        def theirs(n):
+            return server.request(op="chain", ids=ids, n=n)["s"]
+        series["onednn"] = Series(theirs, _first_call_s(theirs), remote=True)
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    before = host_steal_counters(cpus)
+    measure_interleaved(list(series.values()), min_time, min_rounds, None, SETTLE_S if threads > 1 else 0.0)
+    steal = steal_fraction(before, host_steal_counters(cpus))
+    if server is not None:
+        server.request(op="free")
+    return {who: s.best for who, s in series.items()}, steal
+
+
+def chain_table(problems, isa, threads, min_time, min_rounds) -> list[str]:
+    """Print (and return as markdown) one chain per batch size and thread count."""
+    print(f"\nchains (ISA path {isa}): the layers called one after another, best pass of interleaved windows")
+    print(f"{'layers':>6}  {'batch':>5}  {'threads':>7}  {'int8jit ms':>10}  {'oneDNN ms':>9}  {'ratio':>5}  "
+          f"{'steal':>5}  note")
+    md = ["", f"chains, ISA path {isa}", "", "| layers | batch | threads | int8jit ms | oneDNN ms | ratio | steal |",
+          "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for nthreads in threads:
+        pinned = _pin(nthreads)
+        server, note = None, ""
+        try:
+            server = OneDNNServer(isa, nthreads)
+        except Unavailable as exc:
+            note = str(exc)
+        try:
+            for batch in sorted({c["N"] for c in problems}):
+                cases = [c for c in problems if c["N"] == batch]
+                best, steal = run_chain(server, cases, isa, nthreads, min_time, min_rounds)
+                ours, theirs = best["int8jit"], best.get("onednn")
+                ratio = theirs / ours if theirs else None
+                cells = [_f(ours * 1e3, ".3f"), _f(theirs and theirs * 1e3, ".3f"), _f(ratio, ".2f"),
+                         _f(steal and 100 * steal, ".1f")]
+                print(f"{len(cases):>6}  {batch:>5}  {nthreads:>7}  {cells[0]:>10}  {cells[1]:>9}  {cells[2]:>5}  "
+                      f"{cells[3]:>5}  {note}", flush=True)
+                md.append(f"| {len(cases)} | {batch} | {nthreads} | {' | '.join(cells)} |")
+        finally:
+            if server is not None:
+                server.close()
+            _unpin(pinned)
+    return md
+
+
 def _select(items, wanted, what):
     if not wanted:
         return items
@@ -1065,6 +1132,9 @@ def run(bench: str, argv=None) -> int:
         ap.add_argument("--layers", help="comma-separated problem names (default: the whole list)")
     if bench == "conv":
         ap.add_argument("--batch", help="comma-separated batch sizes (default 1,8; --quick: 1)")
+        ap.add_argument("--chain", action="store_true",
+                        help="time the layers (default: ResNet-50's) called one after another, as a network "
+                             "calls them, instead of each on its own")
     ap.add_argument("--min-time", type=float, help="seconds of timed calls per side and problem")
     ap.add_argument("--quick", action="store_true", help="a smaller set and shorter timings")
     ap.add_argument("--no-check", action="store_true", help="do not compare the two sides' outputs")
@@ -1101,6 +1171,15 @@ def run(bench: str, argv=None) -> int:
     results: list[Result] = []
     cols = columns(bench)
     t_start = time.perf_counter()
+    if bench == "conv" and args.chain:
+        if not args.layers:  # a network: ResNet-50's layers (the depthwise ones are MobileNet-v2's)
+            problems = [c for c in problems if not c["label"].startswith("mbv2")]
+        for isa in isas:
+            md += chain_table(problems, isa, threads, min_time, min_rounds)
+        if args.markdown:
+            Path(args.markdown).write_text("\n".join(md) + "\n")
+            print(f"wrote {args.markdown}")
+        return 0
     for isa in isas:
         peak = make_peak(isa) if bench != "pool" else None
         print(f"\nISA path {isa}: oneDNN capped at {isa.upper()}; peak so far "
