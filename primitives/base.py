@@ -20,8 +20,9 @@ and the set-up. Before it, :meth:`Primitive.execute` has
   exactly the count the attribute's mask asks for (:func:`~primitives.attr.check_scales`),
 * found the scratchpad: with scratchpad mode ``user``, ``args["scratchpad"]`` must
   hold at least ``scratchpad_desc().nbytes`` bytes; with ``library`` the primitive
-  allocates one buffer per thread, once, so one primitive may run on several threads
-  at once. ``_execute`` gets it as a flat ``uint8`` array of exactly the bytes asked
+  allocates one buffer per thread and argument set (weights and dst: a network's
+  layers of one shape share the primitive), once, so one primitive may run on several
+  threads at once. ``_execute`` gets it as a flat ``uint8`` array of exactly the bytes asked
   for, or ``None`` when the descriptor needs none.
 
 It then times the call and prints a verbose line (``INT8JIT_VERBOSE``).
@@ -66,6 +67,10 @@ from primitives.attr import (BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Attr, check_sc
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc
 
 _TENSOR_ARGS = (SRC, WEIGHTS, BIAS, DST)
+# Argument sets a thread keeps set up per primitive: identical descriptors share one
+# primitive (the primitive cache), so a network's layers of one shape (ResNet-50's
+# repeated blocks, every BERT layer's linears) call it in turn, each with its own arrays.
+_SLOTS = 8
 _S32 = (-(2 ** 31), 2 ** 31 - 1)
 
 
@@ -269,7 +274,7 @@ class Primitive:
         if not isinstance(pd, PrimitiveDesc):
             raise TypeError(f"pd: expected a PrimitiveDesc, got {type(pd).__name__}")
         self.pd = pd
-        # Library-mode scratchpads, one per executing thread.
+        # Per executing thread: its argument sets' slots (library scratchpad and replay).
         self._local = threading.local()
         self.last_exec_ms: float | None = None
 
@@ -328,21 +333,57 @@ class Primitive:
                              "pass none, or create it with Attr(scratchpad_mode='user')")
         if need == 0:
             return None
-        buf = getattr(self._local, "scratchpad", None)
-        if buf is None:
-            # Once per thread and primitive: concurrent executions never share one.
-            buf = self._local.scratchpad = aligned_zeros(need, np.uint8)
-        return buf
+        slot = self._slot(args)
+        if slot.scratchpad is None:
+            # Once per thread, primitive and argument set: concurrent executions never
+            # share one, and each set's replay finds its own set-up where it left it.
+            slot.scratchpad = aligned_zeros(need, np.uint8)
+            self._scratchpad_gone(slot.scratchpad.ctypes.data)  # (a freed one's address, reused)
+        return slot.scratchpad
+
+    def _slot(self, args: Mapping[str, Any], create: bool = True) -> "_Slot | None":
+        """This thread's slot for the argument set ``args`` belongs to, found by its
+        weights and dst (what a network keeps per layer; a replay still checks every
+        argument). At most ``_SLOTS``: a new one retires the oldest."""
+        slots = getattr(self._local, "slots", None)
+        if slots is None:
+            if not create:
+                return None
+            slots = self._local.slots = {}
+        key = (id(args.get(WEIGHTS)), id(args.get(DST)))
+        slot = slots.get(key)
+        if slot is None and create:
+            if len(slots) >= _SLOTS:
+                gone = slots.pop(next(iter(slots)))
+                if gone.scratchpad is not None:
+                    self._scratchpad_gone(gone.scratchpad.ctypes.data)
+            slot = slots[key] = _Slot()
+        return slot
+
+    def _scratchpad_gone(self, address: int) -> None:
+        """The library scratchpad at ``address`` is let go, or a new one starts there:
+        forget whatever was kept about its contents (subclasses that skip rewriting
+        unchanged values in a scratchpad keep such records)."""
+
+    def _replay_for(self, args: Mapping[str, Any]) -> "Replay | None":
+        """The replay this thread keeps for ``args``' argument set, if any."""
+        slot = self._slot(args, create=False)
+        return None if slot is None else slot.replay
 
     def execute(self, args: Mapping[str, Memory | np.ndarray]) -> None:
         """Run the primitive on ``args`` (name -> Memory or numpy array); see the module docstring."""
         quiet = not verbose.enabled("exec")
-        replay = getattr(self._local, "replay", None)
-        if replay is not None and quiet and type(args) is dict and replay.matches(args):
-            replay.run()  # the same arrays as the last call on this thread: set up already
-            return
-        self._local.replay = None
+        if type(args) is dict:
+            slot = self._slot(args, create=False)
+            if slot is not None:
+                replay = slot.replay
+                if replay is not None and quiet and replay.matches(args):
+                    replay.run()  # the same arrays as this set's last call on this thread
+                    return
+                slot.replay = None  # the set-up below rewrites this set's scratchpad
         spec = self._spec()
+        if spec.user_scratchpad and spec.scratch_need:
+            self._forget_replays()  # argument sets may share the caller's scratchpad
         mem = spec.fast(args) if quiet else None
         if mem is not None:  # dense arrays of exactly the expected shapes: checked already
             self._remember(self._execute(mem, self._scratchpad(args, spec)), args, mem, spec)
@@ -377,10 +418,24 @@ class Primitive:
 
     def _remember(self, replay: "Replay | None", args: Mapping, mem: dict, spec: "_ArgSpec") -> None:
         if isinstance(replay, Replay) and type(args) is dict and replay.record(args, mem, spec):
-            self._local.replay = replay
+            self._slot(args).replay = replay
+
+    def _forget_replays(self) -> None:
+        for slot in getattr(self._local, "slots", {}).values():
+            slot.replay = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self.pd!r}>"
+
+
+class _Slot:
+    """One argument set's library scratchpad and replay, on one thread."""
+
+    __slots__ = ("scratchpad", "replay")
+
+    def __init__(self) -> None:
+        self.scratchpad: np.ndarray | None = None
+        self.replay: Replay | None = None
 
 
 class Replay:
@@ -389,11 +444,13 @@ class Replay:
     A primitive's execution mostly sets things up (argument structs pointing at the
     arrays, per-column scales and bias written into the scratchpad, a thread split);
     ``run()`` is the rest (copies that depend on the source's values, the kernel calls).
-    :meth:`Primitive.execute` keeps the replay of the last call on each thread and runs it
-    instead of checking and setting up again when the next call passes the very same
-    objects, unchanged in shape and type, with the same values in the small arguments
-    read at set-up (scales, zero points, and the names in ``by_value``, such as a bias
-    copied into the scratchpad). Anything else takes the full path.
+    :meth:`Primitive.execute` keeps the replay of each argument set's last call on each
+    thread (a set: the weights and dst objects; up to ``_SLOTS`` sets, each with its own
+    library scratchpad) and runs it instead of checking and setting up again when the
+    next call passes the very same objects, unchanged in shape and type, with the same
+    values in the small arguments read at set-up (scales, zero points, and the names in
+    ``by_value``, such as a bias copied into the scratchpad). Anything else takes the
+    full path.
     """
 
     __slots__ = ("run", "by_value", "_record", "_matches")

@@ -553,6 +553,10 @@ class _Convolution(GemmKernels, Primitive):
         self._written: dict = {}  # scratchpad address -> what its per-column vectors hold
         self._held: set = set()  # kernels the plans call besides self._kernels' (the row copy)
 
+    def _scratchpad_gone(self, address: int) -> None:
+        self._filled.pop(address, None)
+        self._written.pop(address, None)
+
     def _execute(self, mem: dict, scratchpad) -> Replay | None:
         pd, g = self.pd, self.pd.geometry
         G, OC = g.groups, g.groups * g.ocg

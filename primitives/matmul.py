@@ -288,6 +288,9 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         layout = WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, order)
         return pack_weights(layout.b_kn(logical), pd.isa, pd.attr.policy)
 
+    def _scratchpad_gone(self, address: int) -> None:
+        self._sp_views.pop(address, None)
+
     def _views(self, sp: np.ndarray) -> dict:
         """The scratchpad's per-column vectors (and what was last written into them)."""
         key = sp.ctypes.data

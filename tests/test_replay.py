@@ -54,7 +54,7 @@ def test_conv_replay_follows_in_place_changes(ic, pad, monkeypatch):
     p, args = _conv(ic, pad)
     p.execute(args)
     first = args["dst"].copy()
-    assert p._local.replay is not None
+    assert p._replay_for(args) is not None
     args["src"][...] = np.random.default_rng(1).integers(0, 256, args["src"].shape)
     with monkeypatch.context() as m:
         _no_setup(p, m)
@@ -165,3 +165,67 @@ def test_thread_count_is_part_of_the_primitive_identity():
     one, two = ConvolutionDesc(*mds, threads=1), ConvolutionDesc(*mds, threads=2)
     assert one.create() is not two.create()
     assert one.create() is ConvolutionDesc(*mds, threads=1).create()
+
+
+def _layers_of_one_shape(count, user=False):
+    """``count`` layers of one shape (so one primitive, from the primitive cache), each
+    with its own weights, bias, scales, zero point, source and dst."""
+    layers = []
+    for i in range(count):
+        p, args = _conv(user=user, bias_shift=10.0 * i)
+        rng = np.random.default_rng(100 + i)
+        w = Memory(args["weights"].desc)
+        reorder_desc(desc((24, 3, 3, 3), "s8", "oihw"), args["weights"].desc).create().execute(
+            {"src": rng.integers(-128, 128, (24, 3, 3, 3)).astype(np.int8), "dst": w})
+        args.update(weights=w, src=rng.integers(0, 256, args["src"].shape).astype(np.uint8),
+                    dst=np.zeros_like(args["dst"]), **{"zero_points:src": np.int32([i + 3])})
+        args["scales:weights"] = args["scales:weights"] * np.float32(1 + i / 4)
+        layers.append((p, args))
+    assert all(p is layers[0][0] for p, _ in layers)  # identical descriptors: one primitive
+    return layers
+
+
+def test_layers_of_one_shape_each_replay(monkeypatch):
+    """A network's layers of one shape share the primitive and call it in turn: each
+    keeps its own set-up (and library scratchpad) and replays, bit for bit."""
+    layers = _layers_of_one_shape(3)
+    p = layers[0][0]
+    for _, args in layers:
+        p.execute(args)
+    want = [_fresh(p, args) for _, args in layers]
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        for _ in range(2):
+            for (_, args), expect in zip(layers, want):
+                args["dst"][...] = 0
+                p.execute(args)
+                np.testing.assert_array_equal(args["dst"], expect)
+
+
+def test_more_layers_than_slots_stay_exact():
+    """More argument sets than a thread keeps: the oldest are set up again, and every
+    result stays what the full path gives."""
+    from primitives import base
+
+    layers = _layers_of_one_shape(base._SLOTS + 2)
+    p = layers[0][0]
+    for _ in range(2):
+        for _, args in layers:
+            p.execute(args)
+            np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+    assert len(p._local.slots) <= base._SLOTS + 1  # (+1: _fresh's copies take a slot too)
+
+
+def test_user_scratchpad_shared_by_layers_replays_one_at_a_time(monkeypatch):
+    """Layers that share one user scratchpad: a layer's set-up there undoes another's, so
+    only the last set-up may replay; the results stay exact."""
+    layers = _layers_of_one_shape(2, user=True)
+    p = layers[0][0]
+    shared = layers[0][1]["scratchpad"]
+    for _, args in layers:
+        args["scratchpad"] = shared
+    for _ in range(2):
+        for _, args in layers:
+            p.execute(args)
+            np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+    assert p._replay_for(layers[0][1]) is None
