@@ -130,6 +130,19 @@ CONV_LAYERS = [
     for c, hw, s in [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1),
                      (192, 28, 2), (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1)]
 ]
+# ResNet-50 (v1.5) as a network runs its 53 convolutions: the stem, then each stage's
+# first block (with its projection, here after the block's three) and its other blocks.
+RESNET50_SEQUENCE = (
+    ["stem 7x7/2 3->64"]
+    + ["res2 1x1 64->64", "res2 3x3 64->64", "res2 1x1 64->256", "res2 1x1 64->256"]
+    + ["res2 1x1 256->64", "res2 3x3 64->64", "res2 1x1 64->256"] * 2
+    + ["res3 1x1 256->128", "res3 3x3/2 128->128", "res3 1x1 128->512", "res3 proj 1x1/2 256->512"]
+    + ["res3 1x1 512->128", "res3 3x3 128->128", "res3 1x1 128->512"] * 3
+    + ["res4 1x1 512->256", "res4 3x3/2 256->256", "res4 1x1 256->1024", "res4 proj 1x1/2 512->1024"]
+    + ["res4 1x1 1024->256", "res4 3x3 256->256", "res4 1x1 256->1024"] * 5
+    + ["res5 1x1 1024->512", "res5 3x3/2 512->512", "res5 1x1 512->2048", "res5 proj 1x1/2 1024->2048"]
+    + ["res5 1x1 2048->512", "res5 3x3 512->512", "res5 1x1 512->2048"] * 2
+)
 CONV_QUICK = ["stem 7x7/2 3->64", "res2 3x3 64->64", "res2 1x1 256->64", "res4 proj 1x1/2 512->1024",
               "res5 3x3 512->512", "mbv2 dw 3x3 144@56", "mbv2 dw 3x3/2 576@14"]
 
@@ -1133,8 +1146,8 @@ def run(bench: str, argv=None) -> int:
     if bench == "conv":
         ap.add_argument("--batch", help="comma-separated batch sizes (default 1,8; --quick: 1)")
         ap.add_argument("--chain", action="store_true",
-                        help="time the layers (default: ResNet-50's) called one after another, as a network "
-                             "calls them, instead of each on its own")
+                        help="time the layers (default: ResNet-50's 53 convolutions in order) called one after "
+                             "another, as a network calls them, instead of each on its own")
     ap.add_argument("--min-time", type=float, help="seconds of timed calls per side and problem")
     ap.add_argument("--quick", action="store_true", help="a smaller set and shorter timings")
     ap.add_argument("--no-check", action="store_true", help="do not compare the two sides' outputs")
@@ -1172,8 +1185,10 @@ def run(bench: str, argv=None) -> int:
     cols = columns(bench)
     t_start = time.perf_counter()
     if bench == "conv" and args.chain:
-        if not args.layers:  # a network: ResNet-50's layers (the depthwise ones are MobileNet-v2's)
-            problems = [c for c in problems if not c["label"].startswith("mbv2")]
+        if not args.layers:  # a network: ResNet-50's 53 convolutions in order, repeated shapes and all
+            by = {c["label"]: c for c in CONV_LAYERS}
+            batches = sorted({c["N"] for c in problems})
+            problems = [dict(by[label], prim="conv", N=n) for n in batches for label in RESNET50_SEQUENCE]
         for isa in isas:
             md += chain_table(problems, isa, threads, min_time, min_rounds)
         if args.markdown:
