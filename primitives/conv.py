@@ -679,6 +679,9 @@ class _Convolution(GemmKernels, Primitive):
             calls.run()
             if c_nhwc is not None:
                 dst_logical[...] = np.moveaxis(c_nhwc, -1, 1)
+        # A replay can outlive the plan's place in self._plans (several argument sets, a
+        # bound call): it keeps the plan, and what the plan's structs point into, alive.
+        run.plan = plan
         run()
         views = copy_source is None or np.may_share_memory(x, src.array)  # not a copy of the source
         if kept and wmem.desc.is_packed and not copied and views:

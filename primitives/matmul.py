@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,7 @@ from primitives.memory import Memory, MemoryDesc, packed_desc
 from primitives import verbose
 from runtime import isa as isa_mod
 from runtime.ffi import pointer_to
+from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
@@ -371,7 +373,11 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 and all(np.may_share_memory(src1, user) for src1, user in keep):
             (plan, a4, a), = runs
             if a4 is None:
-                return Replay(plan.calls.run, by_value=(BIAS,))
+                # (a partial, not the bound method: a replay can outlive the plan's place in
+                # self._plans, and keeps the plan, and what its structs point into, alive)
+                kernels = functools.partial(CallPlan.run, plan.calls)
+                kernels.plan = plan
+                return Replay(kernels, by_value=(BIAS,))
 
             def padded() -> None:
                 a4[:, :K] = a.view(np.uint8)

@@ -229,3 +229,97 @@ def test_user_scratchpad_shared_by_layers_replays_one_at_a_time(monkeypatch):
             p.execute(args)
             np.testing.assert_array_equal(args["dst"], _fresh(p, args))
     assert p._replay_for(layers[0][1]) is None
+
+
+def test_bound_call_runs_the_kernels_on_the_current_values(monkeypatch):
+    """bind(): checked and set up once; the call then runs on whatever the arrays hold
+    (no set-up, no checks), bit for bit what execute gives."""
+    p, args = _conv()
+    run = p.bind(args)
+    np.testing.assert_array_equal(args["dst"], _fresh(p, args))  # bind executed once
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        for seed in (1, 2):
+            args["src"][...] = np.random.default_rng(seed).integers(0, 256, args["src"].shape)
+            run()
+            got = args["dst"].copy()
+            m.undo()
+            np.testing.assert_array_equal(got, _fresh(p, args))
+            _no_setup(p, m)
+
+
+def test_bound_call_keeps_its_scales_and_scratchpad():
+    """A bound call reads the scales and bias as they were at bind time (bind again after
+    changing them), and other executions of the same primitive, same shape, other values,
+    even with the same weights and dst, do not disturb its set-up."""
+    layers = _layers_of_one_shape(2)
+    p, args = layers[0]
+    run = p.bind(args)
+    want = args["dst"].copy()
+    other = dict(layers[1][1], weights=args["weights"], dst=args["dst"])  # same slot key as args
+    p.execute(other)
+    run()
+    np.testing.assert_array_equal(args["dst"], want)
+    args["bias"] += 40.0  # in place: not seen by the bound call
+    run()
+    np.testing.assert_array_equal(args["dst"], want)
+    p.bind(args)()  # bound again: seen
+    np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+    assert not np.array_equal(args["dst"], want)
+
+
+def test_bind_without_a_replay_is_execute():
+    """A user scratchpad (which other argument sets may set up in) binds to execute itself."""
+    p, args = _conv(user=True)
+    run = p.bind(args)
+    assert run.func == p.execute
+    args["src"][...] = 5
+    run()
+    np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+    with pytest.raises(TypeError, match="args"):
+        p.bind([("src", args["src"])])
+
+
+def test_bound_inner_product_and_pooling():
+    """bind() on the other replaying primitives: an inner product with the whole pipeline
+    and a pooling."""
+    from primitives.pooling import PoolingDesc
+
+    rng = np.random.default_rng(3)
+    attr = Attr(scales={"src": 0, "weights": 1, "dst": 0}).set_post_ops(PostOps().eltwise("relu"))
+    pd = InnerProductDesc(desc((5, 40), "u8", "ab"), desc((24, 40), "s8", "any"), desc((5, 24), "u8", "ab"),
+                          desc((24,), "f32", "a"), attr=attr)
+    w = Memory(pd.weights_desc())
+    reorder_desc(desc((24, 40), "s8", "ab"), pd.weights_desc()).create().execute(
+        {"src": rng.integers(-128, 128, (24, 40)).astype(np.int8), "dst": w})
+    ip = pd.create()
+    args = {"src": rng.integers(0, 256, (5, 40)).astype(np.uint8), "weights": w,
+            "bias": rng.normal(0, 50, 24).astype(np.float32), "dst": np.zeros((5, 24), np.uint8),
+            "scales:src": np.float32([0.5]), "scales:weights": rng.uniform(0.01, 0.02, 24).astype(np.float32),
+            "scales:dst": np.float32([0.5])}
+    pool = PoolingDesc("avg_exclude_padding", desc((1, 16, 6, 6), "u8", "nhwc"), desc((1, 16, 3, 3), "u8", "nhwc"),
+                       2, 3, 1, 0).create()
+    pargs = {"src": rng.integers(0, 256, (1, 6, 6, 16)).astype(np.uint8), "dst": np.zeros((1, 3, 3, 16), np.uint8)}
+    for prim, a in ((ip, args), (pool, pargs)):
+        run = prim.bind(a)
+        assert run.func != prim.execute  # a replay, not execute
+        a["src"][...] = rng.integers(0, 256, a["src"].shape)
+        run()
+        np.testing.assert_array_equal(a["dst"], _fresh(prim, a))
+
+
+def test_bound_calls_outlive_the_plan_cache():
+    """More bound calls than the primitive keeps plans for: the first call's plan has left
+    the primitive's plan cache, and its structs still point at live arrays (the table of
+    kernel-position offsets among them: freed under it, a SIGSEGV)."""
+    import gc
+
+    layers = _layers_of_one_shape(11)
+    p = layers[0][0]
+    bound = [p.bind(args) for _, args in layers]
+    assert len(p._plans) < len(layers)  # the early plans were let go
+    gc.collect()
+    for run, (_, args) in zip(bound, layers):
+        args["src"][...] = 9
+        run()
+        np.testing.assert_array_equal(args["dst"], _fresh(p, args))
