@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -66,7 +67,7 @@ from jit.output import OutputSpec
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import dst_stage, output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay
+from primitives.base import _SLOTS, Primitive, PrimitiveDesc, Replay
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
 from primitives.reference import output_pipeline, wrap_int32
 from runtime import isa as isa_mod
@@ -550,15 +551,17 @@ class DepthwiseConv(Primitive):
     def execute(self, args) -> None:
         """Run the convolution on ``args``.
 
-        Three routes, cheapest first: the same objects as this thread's last call (a
-        :class:`~primitives.base.Replay`: identity, shape, dtype, the small arguments'
-        bytes, then the kernel call alone); dense ndarrays (and the packed weights Memory)
-        of exactly the descriptor's shapes, checked here in fewer steps than
-        :meth:`Primitive.execute`; anything else, user scratchpads, or verbose mode,
-        through :meth:`Primitive.execute`.
+        Three routes, cheapest first: the same objects as this argument set's last call on
+        this thread (a :class:`~primitives.base.Replay`: identity, shape, dtype, the small
+        arguments' bytes, then the kernel call alone); dense ndarrays (and the packed
+        weights Memory) of exactly the descriptor's shapes, checked here in fewer steps
+        than :meth:`Primitive.execute`; anything else, user scratchpads, or verbose mode,
+        through :meth:`Primitive.execute`. Each argument set (its weights and dst, as
+        :meth:`Primitive._slot` tells them apart) has its own structs and replay, so
+        layers of one shape, which share this primitive, replay in turn.
         """
-        local = self._local
-        replay = getattr(local, "replay", None)
+        local = self._set_local(args if type(args) is dict else None)
+        replay = local.replay
         if replay is not None and type(args) is dict and not verbose.enabled("exec") and replay.matches(args):
             replay.run()
             return
@@ -585,11 +588,28 @@ class DepthwiseConv(Primitive):
                     return
         super().execute(args)
 
+    def _set_local(self, args: dict | None) -> SimpleNamespace:
+        """This thread's state for ``args``' argument set (None: the checked path's own),
+        made the current one for ``_run``: its structs, what they point at, its call plan
+        and its replay. At most ``_SLOTS`` sets a thread; a new one retires the oldest."""
+        local = self._local
+        sets = getattr(local, "sets", None)
+        if sets is None:
+            sets = local.sets = {}
+        key = None if args is None else (id(args.get(WEIGHTS)), id(args.get(DST)))
+        state = sets.get(key)
+        if state is None:
+            if len(sets) >= _SLOTS:
+                sets.pop(next(iter(sets)))
+            state = sets[key] = SimpleNamespace(replay=None, structs=None, held=None, calls=None)
+        local.cur = state
+        return state
+
     def _remember_run(self, args: dict) -> None:
         """The replay of this fast-path call: the kernel on this thread's structs, which
         ``_run`` just pointed at these arrays and at the vectors made of these values
         (``local.held`` keeps those alive)."""
-        local = self._local
+        local = self._local.cur
         function, structs = local.held[0].function, local.structs
         run = partial(function, structs[0]) if len(structs) == 1 else self._call_plan(function, structs).run
         replay = Replay(run)
@@ -617,6 +637,7 @@ class DepthwiseConv(Primitive):
         return tuple(out)
 
     def _execute(self, mem: dict, scratchpad) -> None:
+        self._set_local(None)
         self._run({name: (m if name == WEIGHTS else m.array) for name, m in mem.items()},
                   scratchpad if self._user else None)
 
@@ -739,8 +760,8 @@ class DepthwiseConv(Primitive):
     def _structs(self) -> list:
         """This thread's argument structs, one per chunk (the kernel writes its row state
         into them, so concurrent calls must not share them)."""
-        local = self._local
-        structs = getattr(local, "structs", None)
+        local = self._local.cur
+        structs = local.structs
         if structs is None:
             structs = []
             for template, *_ in self._chunks:
@@ -754,8 +775,8 @@ class DepthwiseConv(Primitive):
     def _call_plan(self, function, structs: list) -> CallPlan:
         """This thread's chunks as one pool run of ``function`` (kept while the kernel,
         which depends on the zero point's route, stays the same)."""
-        local = self._local
-        cached = getattr(local, "calls", None)
+        local = self._local.cur
+        cached = local.calls
         if cached is None or cached[0] is not function:
             cached = local.calls = (function, CallPlan([[(function, s)] for s in structs]))
         return cached[1]
@@ -770,8 +791,8 @@ class DepthwiseConv(Primitive):
         if params is None:
             return False
         wpacked = self._packed_weights(a[WEIGHTS])
-        local = self._local
-        structs = getattr(local, "structs", None) or self._structs()
+        local = self._local.cur
+        structs = local.structs or self._structs()
         held = local.held
         if held is None or held[0] is not params or held[1] is not wpacked:
             w_ptr = pointer_to(wpacked) + params.wei_offset

@@ -81,7 +81,7 @@ def test_replay_follows_in_place_changes(threads, packed, binary, zp, stride, mo
     assert len(p._chunks) == threads
     p.execute(args)
     np.testing.assert_array_equal(args["dst"], _model(args, w, stride))
-    assert p._local.replay is not None
+    assert p._set_local(args).replay is not None
     rng = np.random.default_rng(5)
     args["src"][...] = rng.integers(0, 256, args["src"].shape)
     if binary:
@@ -217,3 +217,25 @@ def test_two_chunks_every_profile(isa_path, profile, monkeypatch):
             np.testing.assert_array_equal(base._bits(dst), base._bits(want))
     finally:
         primitive_cache.clear()
+
+
+def test_layers_of_one_shape_each_replay(monkeypatch):
+    """Depthwise layers of one shape share the primitive and call it in turn: each keeps
+    its own structs and replay (the kernel call alone), bit for bit."""
+    layers = []
+    for i in range(3):
+        p, args, w = _layer(threads=1, packed=True, binary=False, zp=None, stride=1)
+        args["src"] = np.random.default_rng(50 + i).integers(0, 256, args["src"].shape).astype(np.uint8)
+        args["dst"] = np.zeros_like(args["dst"])
+        layers.append((p, args, w))
+    p = layers[0][0]
+    assert all(q is p for q, _, _ in layers)
+    for _, args, _ in layers:
+        p.execute(args)
+    with monkeypatch.context() as m:
+        m.setattr(p, "_run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("set up again")))
+        for _ in range(2):
+            for _, args, w in layers:
+                args["dst"][...] = 0
+                p.execute(args)
+                np.testing.assert_array_equal(args["dst"], _model(args, w, 1))
