@@ -69,9 +69,10 @@ from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, byte
 
 _TENSOR_ARGS = (SRC, WEIGHTS, BIAS, DST)
 # Argument sets a thread keeps set up per primitive: identical descriptors share one
-# primitive (the primitive cache), so a network's layers of one shape (ResNet-50's
-# repeated blocks, every BERT layer's linears) call it in turn, each with its own arrays.
-_SLOTS = 8
+# primitive (the primitive cache), so a network's layers of one shape call it in turn,
+# each with its own arrays: up to 6 in ResNet-50, 48 in BERT-base (four 768->768
+# linears in each of 12 layers). Past this many, sets take turns being set up again.
+_SLOTS = 64
 _S32 = (-(2 ** 31), 2 ** 31 - 1)
 
 

@@ -202,11 +202,12 @@ def test_layers_of_one_shape_each_replay(monkeypatch):
                 np.testing.assert_array_equal(args["dst"], expect)
 
 
-def test_more_layers_than_slots_stay_exact():
+def test_more_layers_than_slots_stay_exact(monkeypatch):
     """More argument sets than a thread keeps: the oldest are set up again, and every
     result stays what the full path gives."""
     from primitives import base
 
+    monkeypatch.setattr(base, "_SLOTS", 4)
     layers = _layers_of_one_shape(base._SLOTS + 2)
     p = layers[0][0]
     for _ in range(2):
