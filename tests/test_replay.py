@@ -205,9 +205,10 @@ def test_layers_of_one_shape_each_replay(monkeypatch):
 def test_more_layers_than_slots_stay_exact(monkeypatch):
     """More argument sets than a thread keeps: the oldest are set up again, and every
     result stays what the full path gives."""
-    from primitives import base
+    from primitives import base, primitive_cache
 
     monkeypatch.setattr(base, "_SLOTS", 4)
+    primitive_cache.clear()  # a primitive of its own, no slots from other tests
     layers = _layers_of_one_shape(base._SLOTS + 2)
     p = layers[0][0]
     for _ in range(2):
