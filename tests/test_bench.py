@@ -115,7 +115,21 @@ def test_conv_chain_quick_run(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    rows = [line for line in md.read_text().splitlines() if line.startswith("| 2 |")]
-    assert [row.split(" | ")[1:3] for row in rows] == [["1", "1"], ["2", "1"]]
+    rows = [line.split(" | ") for line in md.read_text().splitlines() if line.startswith("| 2 layers, batch")]
+    assert [row[0] for row in rows] == ["| 2 layers, batch 1", "| 2 layers, batch 2"]
+    assert all(row[1:3] == ["2", "1"] for row in rows)  # calls, threads
     if onednn.available()[0]:
-        assert all(row.split(" | ")[4] != "n/a" for row in rows), rows
+        assert all(row[4] != "n/a" and row[6] != "n/a" for row in rows), rows  # oneDNN, bound
+
+
+def test_bert_chain_is_twelve_layers_of_six_linears():
+    import argparse
+
+    from tools import bench_primitives as bp
+
+    args = argparse.Namespace(shapes=None, layers=None)
+    groups = bp.chain_groups("ip", [], args)
+    assert [name for name, _ in groups] == ["BERT-base linears, 128 tokens", "BERT-base linears, 384 tokens"]
+    cases = groups[0][1]
+    assert len(cases) == 72 and [c["N"] for c in cases[:6]] == [768, 768, 768, 768, 3072, 768]
+    assert len(bp.chain_groups("conv", [{"N": 1}], args)[0][1]) == 53

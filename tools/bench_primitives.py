@@ -130,6 +130,9 @@ CONV_LAYERS = [
     for c, hw, s in [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1),
                      (192, 28, 2), (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1)]
 ]
+# A BERT-base encoder layer's int8 linears, in order: the query, key, value and output
+# projections (768->768 each), then the feed-forward pair; the model runs 12 such layers.
+BERT_LAYER = ["qkv/out"] * 4 + ["ffn1", "ffn2"]
 # ResNet-50 (v1.5) as a network runs its 53 convolutions: the stem, then each stage's
 # first block (with its projection, here after the block's three) and its other blocks.
 RESNET50_SEQUENCE = (
@@ -295,7 +298,7 @@ def _int8jit_gemm(case, variant, isa, threads) -> Side:
         execute(args)
 
     info = pd.impl_info()
-    return Side(call, C, f"{info.get('impl', '')}", create_ms)
+    return Side(call, C, f"{info.get('impl', '')}", create_ms, bind=lambda: p.bind(args))
 
 
 def _int8jit_conv(case, isa, threads) -> Side:
@@ -949,14 +952,16 @@ def run_chain(server, cases, isa, threads, min_time, min_rounds) -> tuple[dict, 
     return {who: s.best for who, s in series.items()}, steal
 
 
-def chain_table(problems, isa, threads, min_time, min_rounds) -> list[str]:
-    """Print (and return as markdown) one chain per batch size and thread count."""
+def chain_table(groups, isa, threads, min_time, min_rounds) -> list[str]:
+    """Print (and return as markdown) one row per chain (``groups``: (name, cases)) and
+    thread count."""
     print(f"\nchains (ISA path {isa}): the layers called one after another, best pass of interleaved windows")
     print("  bound: the same int8jit chain through Primitive.bind's calls (set up once, no per-call checks)")
-    print(f"{'layers':>6}  {'batch':>5}  {'threads':>7}  {'int8jit ms':>10}  {'oneDNN ms':>9}  {'ratio':>5}  "
+    width = max(len(name) for name, _ in groups)
+    print(f"{'chain':<{width}}  {'calls':>5}  {'threads':>7}  {'int8jit ms':>10}  {'oneDNN ms':>9}  {'ratio':>5}  "
           f"{'bound ms':>8}  {'ratio':>5}  {'steal':>5}  note")
-    md = ["", f"chains, ISA path {isa}", "", "| layers | batch | threads | int8jit ms | oneDNN ms | ratio | "
-          "int8jit bound ms | ratio | steal |", "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    md = ["", f"chains, ISA path {isa}", "", "| chain | calls | threads | int8jit ms | oneDNN ms | ratio | "
+          "int8jit bound ms | ratio | steal |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for nthreads in threads:
         pinned = _pin(nthreads)
         server, note = None, ""
@@ -965,21 +970,38 @@ def chain_table(problems, isa, threads, min_time, min_rounds) -> list[str]:
         except Unavailable as exc:
             note = str(exc)
         try:
-            for batch in sorted({c["N"] for c in problems}):
-                cases = [c for c in problems if c["N"] == batch]
+            for name, cases in groups:
                 best, steal = run_chain(server, cases, isa, nthreads, min_time, min_rounds)
                 ours, theirs, bound = best["int8jit"], best.get("onednn"), best.get("bound")
                 cells = [_f(ours * 1e3, ".3f"), _f(theirs and theirs * 1e3, ".3f"), _f(theirs and theirs / ours, ".2f"),
                          _f(bound and bound * 1e3, ".3f"), _f(theirs and bound and theirs / bound, ".2f"),
                          _f(steal and 100 * steal, ".1f")]
-                print(f"{len(cases):>6}  {batch:>5}  {nthreads:>7}  {cells[0]:>10}  {cells[1]:>9}  {cells[2]:>5}  "
+                print(f"{name:<{width}}  {len(cases):>5}  {nthreads:>7}  {cells[0]:>10}  {cells[1]:>9}  {cells[2]:>5}  "
                       f"{cells[3]:>8}  {cells[4]:>5}  {cells[5]:>5}  {note}", flush=True)
-                md.append(f"| {len(cases)} | {batch} | {nthreads} | {' | '.join(cells)} |")
+                md.append(f"| {name} | {len(cases)} | {nthreads} | {' | '.join(cells)} |")
         finally:
             if server is not None:
                 server.close()
             _unpin(pinned)
     return md
+
+
+def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
+    """The chains ``--chain`` times: the selected layers in order (per batch for conv),
+    or by default a network's: ResNet-50's 53 convolutions, BERT-base's 72 linears."""
+    if bench == "conv":
+        if not args.layers:
+            by = {c["label"]: c for c in CONV_LAYERS}
+            return [(f"ResNet-50 convolutions, batch {n}",
+                     [dict(by[label], prim="conv", N=n) for label in RESNET50_SEQUENCE])
+                    for n in sorted({c["N"] for c in problems})]
+        batches = {n: [c for c in problems if c["N"] == n] for n in sorted({c["N"] for c in problems})}
+        return [(f"{len(cases)} layers, batch {n}", cases) for n, cases in batches.items()]
+    if not args.shapes:
+        by = {c["label"]: c for c in GEMM_SHAPES}
+        return [(f"BERT-base linears, {t} tokens",
+                 [dict(by[f"BERT-{t} {part}"], prim=bench) for part in BERT_LAYER] * 12) for t in (128, 384)]
+    return [(f"{len(problems)} products", problems)]
 
 
 def _select(items, wanted, what):
@@ -1155,9 +1177,10 @@ def run(bench: str, argv=None) -> int:
         ap.add_argument("--layers", help="comma-separated problem names (default: the whole list)")
     if bench == "conv":
         ap.add_argument("--batch", help="comma-separated batch sizes (default 1,8; --quick: 1)")
+    if bench in ("conv", "matmul", "ip"):
         ap.add_argument("--chain", action="store_true",
-                        help="time the layers (default: ResNet-50's 53 convolutions in order) called one after "
-                             "another, as a network calls them, instead of each on its own")
+                        help="time the layers called one after another, as a network calls them, instead of each "
+                             "on its own (default: ResNet-50's 53 convolutions in order; BERT-base's 72 linears)")
     ap.add_argument("--min-time", type=float, help="seconds of timed calls per side and problem")
     ap.add_argument("--quick", action="store_true", help="a smaller set and shorter timings")
     ap.add_argument("--no-check", action="store_true", help="do not compare the two sides' outputs")
@@ -1194,13 +1217,10 @@ def run(bench: str, argv=None) -> int:
     results: list[Result] = []
     cols = columns(bench)
     t_start = time.perf_counter()
-    if bench == "conv" and args.chain:
-        if not args.layers:  # a network: ResNet-50's 53 convolutions in order, repeated shapes and all
-            by = {c["label"]: c for c in CONV_LAYERS}
-            batches = sorted({c["N"] for c in problems})
-            problems = [dict(by[label], prim="conv", N=n) for n in batches for label in RESNET50_SEQUENCE]
+    if getattr(args, "chain", False):
+        groups = chain_groups(bench, problems, args)
         for isa in isas:
-            md += chain_table(problems, isa, threads, min_time, min_rounds)
+            md += chain_table(groups, isa, threads, min_time, min_rounds)
         if args.markdown:
             Path(args.markdown).write_text("\n".join(md) + "\n")
             print(f"wrote {args.markdown}")
