@@ -20,7 +20,7 @@ and the set-up. Before it, :meth:`Primitive.execute` has
   exactly the count the attribute's mask asks for (:func:`~primitives.attr.check_scales`),
 * found the scratchpad: with scratchpad mode ``user``, ``args["scratchpad"]`` must
   hold at least ``scratchpad_desc().nbytes`` bytes; with ``library`` the primitive
-  allocates one buffer per thread and argument set (weights and dst: a network's
+  allocates one buffer per thread and argument set (:func:`slot_key`: a network's
   layers of one shape share the primitive), once, so one primitive may run on several
   threads at once. ``_execute`` gets it as a flat ``uint8`` array of exactly the bytes asked
   for, or ``None`` when the descriptor needs none.
@@ -344,15 +344,14 @@ class Primitive:
         return slot.scratchpad
 
     def _slot(self, args: Mapping[str, Any], create: bool = True) -> "_Slot | None":
-        """This thread's slot for the argument set ``args`` belongs to, found by its
-        weights and dst (what a network keeps per layer; a replay still checks every
-        argument). At most ``_SLOTS``: a new one retires the oldest."""
+        """This thread's slot for the argument set ``args`` belongs to (a replay still
+        checks every argument). At most ``_SLOTS``: a new one retires the oldest."""
         slots = getattr(self._local, "slots", None)
         if slots is None:
             if not create:
                 return None
             slots = self._local.slots = {}
-        key = (id(args.get(WEIGHTS)), id(args.get(DST)))
+        key = slot_key(args)
         slot = slots.get(key)
         if slot is None and create:
             if len(slots) >= _SLOTS:
@@ -475,6 +474,15 @@ class Primitive:
         return f"<{type(self).__name__} of {self.pd!r}>"
 
 
+def slot_key(args: Mapping[str, Any]) -> int | None:
+    """Which slot an argument set takes: its packed weights' identity (a network's layer:
+    its constant weights, packed once), or None, one slot shared by every other set
+    (runtime weights, none). A slot's replay keeps its arrays alive, so a caller that
+    passes new arrays on every call must not leave one set behind per call."""
+    weights = args.get(WEIGHTS)
+    return id(weights) if type(weights) is Memory and weights.desc.is_packed else None
+
+
 class _Slot:
     """One argument set's library scratchpad and replay, on one thread."""
 
@@ -492,8 +500,8 @@ class Replay:
     arrays, per-column scales and bias written into the scratchpad, a thread split);
     ``run()`` is the rest (copies that depend on the source's values, the kernel calls).
     :meth:`Primitive.execute` keeps the replay of each argument set's last call on each
-    thread (a set: the weights and dst objects; up to ``_SLOTS`` sets, each with its own
-    library scratchpad) and runs it instead of checking and setting up again when the
+    thread (a set: its packed weights, see :func:`slot_key`; up to ``_SLOTS`` sets, each
+    with its own library scratchpad) and runs it instead of checking and setting up again when the
     next call passes the very same objects, unchanged in shape and type, with the same
     values in the small arguments read at set-up (scales, zero points, and the names in
     ``by_value``, such as a bias copied into the scratchpad). Anything else takes the

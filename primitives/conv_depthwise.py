@@ -67,7 +67,7 @@ from jit.output import OutputSpec
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import dst_stage, output_plan
-from primitives.base import _SLOTS, Primitive, PrimitiveDesc, Replay
+from primitives.base import _SLOTS, Primitive, PrimitiveDesc, Replay, slot_key
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
 from primitives.reference import output_pipeline, wrap_int32
 from runtime import isa as isa_mod
@@ -556,9 +556,9 @@ class DepthwiseConv(Primitive):
         arguments' bytes, then the kernel call alone); dense ndarrays (and the packed
         weights Memory) of exactly the descriptor's shapes, checked here in fewer steps
         than :meth:`Primitive.execute`; anything else, user scratchpads, or verbose mode,
-        through :meth:`Primitive.execute`. Each argument set (its weights and dst, as
-        :meth:`Primitive._slot` tells them apart) has its own structs and replay, so
-        layers of one shape, which share this primitive, replay in turn.
+        through :meth:`Primitive.execute`. Each argument set (its packed weights, as
+        :func:`~primitives.base.slot_key` tells them apart) has its own structs and
+        replay, so layers of one shape, which share this primitive, replay in turn.
         """
         local = self._set_local(args if type(args) is dict else None)
         replay = local.replay
@@ -596,7 +596,7 @@ class DepthwiseConv(Primitive):
         sets = getattr(local, "sets", None)
         if sets is None:
             sets = local.sets = {}
-        key = None if args is None else (id(args.get(WEIGHTS)), id(args.get(DST)))
+        key = "checked" if args is None else slot_key(args)
         state = sets.get(key)
         if state is None:
             if len(sets) >= _SLOTS:

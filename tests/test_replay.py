@@ -190,9 +190,9 @@ def test_layers_of_one_shape_each_replay(monkeypatch):
     keeps its own set-up (and library scratchpad) and replays, bit for bit."""
     layers = _layers_of_one_shape(3)
     p = layers[0][0]
+    want = [_fresh(p, args) for _, args in layers]  # (copies with the same weights: their slots)
     for _, args in layers:
         p.execute(args)
-    want = [_fresh(p, args) for _, args in layers]
     with monkeypatch.context() as m:
         _no_setup(p, m)
         for _ in range(2):
@@ -325,3 +325,22 @@ def test_bound_calls_outlive_the_plan_cache():
         args["src"][...] = 9
         run()
         np.testing.assert_array_equal(args["dst"], _fresh(p, args))
+
+
+def test_new_arrays_on_every_call_are_not_kept():
+    """A caller that passes new src and dst arrays on every call (same packed weights)
+    takes one slot: the replay keeps the last call's arrays alive, not every call's."""
+    import gc
+    import weakref
+
+    from primitives import primitive_cache
+
+    primitive_cache.clear()
+    p, args = _conv()
+    first = weakref.ref(args["dst"])
+    for _ in range(5):
+        args = dict(args, src=args["src"].copy(), dst=np.zeros_like(args["dst"]))
+        p.execute(args)
+    gc.collect()
+    assert first() is None
+    assert len(p._local.slots) == 1
