@@ -58,6 +58,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import weakref
 from typing import Any, Callable, Hashable, Mapping
 
 import numpy as np
@@ -416,9 +417,12 @@ class Primitive:
         args = dict(args)  # the set bound: later changes to the caller's dict do not count
         spec, slot = self._spec(), _Slot()
         shared = spec.user_scratchpad and spec.scratch_need  # the caller's: others may set up there
-        if self._full(args, not verbose.enabled("exec"), slot) is None or shared:
+        replay = self._full(args, not verbose.enabled("exec"), slot)
+        if slot.scratchpad is not None:  # what the primitive keeps about it goes with the slot
+            weakref.finalize(slot, self._scratchpad_gone, slot.scratchpad.ctypes.data)
+        if replay is None or shared:
             return functools.partial(self.execute, args)  # (verbose: each call prints its line)
-        bound = functools.partial(slot.replay.run)
+        bound = functools.partial(replay.run)
         bound.slot = slot  # its scratchpad lives as long as the call
         return bound
 
@@ -486,7 +490,7 @@ def slot_key(args: Mapping[str, Any]) -> int | None:
 class _Slot:
     """One argument set's library scratchpad and replay, on one thread."""
 
-    __slots__ = ("scratchpad", "replay")
+    __slots__ = ("scratchpad", "replay", "__weakref__")
 
     def __init__(self) -> None:
         self.scratchpad: np.ndarray | None = None

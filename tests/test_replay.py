@@ -344,3 +344,22 @@ def test_new_arrays_on_every_call_are_not_kept():
     gc.collect()
     assert first() is None
     assert len(p._local.slots) == 1
+
+
+def test_dropped_bound_calls_leave_nothing_behind():
+    """What the primitive keeps about a bound call's scratchpad goes when the call does:
+    binding again and again does not grow it."""
+    import gc
+
+    from primitives import primitive_cache
+
+    primitive_cache.clear()
+    p, args = _conv()
+    q = InnerProductDesc(desc((2, 8), "u8", "ab"), desc((3, 8), "s8", "ab"), desc((2, 3), "s32", "ab")).create()
+    qargs = {"src": np.ones((2, 8), np.uint8), "weights": np.ones((3, 8), np.int8), "dst": np.zeros((2, 3), np.int32)}
+    for _ in range(20):
+        p.bind(args)()
+        q.bind(qargs)()
+    gc.collect()
+    assert len(p._written) <= 2 and len(p._filled) <= 2
+    assert len(q._sp_views) <= 2
