@@ -352,15 +352,13 @@ class Primitive:
             if not create:
                 return None
             slots = self._local.slots = {}
-        key = slot_key(args)
-        slot = slots.get(key)
-        if slot is None and create:
-            if len(slots) >= _SLOTS:
-                gone = slots.pop(next(iter(slots)))
-                if gone.scratchpad is not None:
-                    self._scratchpad_gone(gone.scratchpad.ctypes.data)
-            slot = slots[key] = _Slot()
-        return slot
+        if not create:
+            return slots.get(slot_key(args))
+        return keyed_slot(slots, slot_key(args), _Slot, self._retire)
+
+    def _retire(self, slot: "_Slot") -> None:
+        if slot.scratchpad is not None:
+            self._scratchpad_gone(slot.scratchpad.ctypes.data)
 
     def _scratchpad_gone(self, address: int) -> None:
         """The library scratchpad at ``address`` is let go, or a new one starts there:
@@ -485,6 +483,19 @@ def slot_key(args: Mapping[str, Any]) -> int | None:
     passes new arrays on every call must not leave one set behind per call."""
     weights = args.get(WEIGHTS)
     return id(weights) if type(weights) is Memory and weights.desc.is_packed else None
+
+
+def keyed_slot(table: dict, key: Hashable, make: Callable[[], Any], retire: Callable[[Any], None] | None = None):
+    """``table[key]`` (a thread's argument sets, :func:`slot_key`), made by ``make()`` on a
+    miss: at most ``_SLOTS`` entries, a new one retiring the oldest (``retire(entry)``)."""
+    entry = table.get(key)
+    if entry is None:
+        if len(table) >= _SLOTS:
+            gone = table.pop(next(iter(table)))
+            if retire is not None:
+                retire(gone)
+        entry = table[key] = make()
+    return entry
 
 
 class _Slot:

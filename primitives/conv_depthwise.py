@@ -67,7 +67,7 @@ from jit.output import OutputSpec
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import dst_stage, output_plan
-from primitives.base import _SLOTS, Primitive, PrimitiveDesc, Replay, slot_key
+from primitives.base import Primitive, PrimitiveDesc, Replay, keyed_slot, slot_key
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
 from primitives.reference import output_pipeline, wrap_int32
 from runtime import isa as isa_mod
@@ -596,14 +596,9 @@ class DepthwiseConv(Primitive):
         sets = getattr(local, "sets", None)
         if sets is None:
             sets = local.sets = {}
-        key = "checked" if args is None else slot_key(args)
-        state = sets.get(key)
-        if state is None:
-            if len(sets) >= _SLOTS:
-                sets.pop(next(iter(sets)))
-            state = sets[key] = SimpleNamespace(replay=None, structs=None, held=None, calls=None)
-        local.cur = state
-        return state
+        local.cur = keyed_slot(sets, "checked" if args is None else slot_key(args),
+                               lambda: SimpleNamespace(replay=None, structs=None, held=None, calls=None))
+        return local.cur
 
     def _remember_run(self, args: dict) -> None:
         """The replay of this fast-path call: the kernel on this thread's structs, which
