@@ -16,9 +16,9 @@ How the source is read:
   compensation ``-zp * sum(W)`` is right at every border) and the channels of each
   group padded to a multiple of 4 (zero weights there). Whole-pixel 2-D sources are
   copied by the threads themselves, each the rows it reads, just before it reads them
-  (``_Convolution._plan``); a u8 source without a zero point pads with zeros, so output
-  rows at the top and bottom edge skip the window rows that lie in the padding
-  (``_Convolution._row_classes``).
+  (``_Convolution._plan``). Output rows at the top and bottom edge skip the window rows
+  that lie in the padding (``Geometry.window_runs``), with a column compensation of the
+  K runs they read where the padding is not zero (an s8 source, a zero point).
 
 Weights: plain tags are packed at every execution; with ``any`` the descriptor asks for
 a packed layout (:class:`ConvWeightsLayout`): reorder the weights into it once. Packing

@@ -36,8 +36,9 @@ def _round_up(n: int, to: int) -> int:
 
 
 def map_pages(nbytes: int, what: str) -> int:
-    """The address of a new private anonymous read+write mapping of ``nbytes`` (a multiple
-    of the page size); ``what`` names it in the MemoryError when the system refuses."""
+    """The address of a new private anonymous read+write mapping of ``nbytes`` rounded up
+    to whole pages; ``what`` names it in the MemoryError when the system refuses."""
+    nbytes = _round_up(nbytes, PAGE)
     ptr = libc.mmap(ffi.NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
     address = int(ffi.cast("uintptr_t", ptr))
     if address == MAP_FAILED:

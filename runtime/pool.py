@@ -19,7 +19,7 @@ import threading
 import time
 
 from jit import pool_kernel as pk
-from runtime.execmem import PAGE, map_pages
+from runtime.execmem import map_pages
 from runtime.ffi import declare, ffi
 
 declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE))
@@ -61,7 +61,7 @@ class _Team:
         # The slots live in a mapping that is never unmapped: at exit the interpreter
         # frees its objects while a worker may still poll its slot. (Teams are reused; a
         # process makes one per concurrent caller and team size.)
-        nbytes = -(-size * ffi.sizeof("struct i8j_slot") // PAGE) * PAGE
+        nbytes = size * ffi.sizeof("struct i8j_slot")
         first = ffi.cast("struct i8j_slot *", map_pages(nbytes, "the thread pool's slots"))
         self.slots = [first + i for i in range(size)]
         self.pointers = ffi.new("struct i8j_slot *[]", self.slots)
