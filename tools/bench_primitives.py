@@ -409,6 +409,14 @@ def _timed(call, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def _in_turn(calls):
+    """One call that makes ``calls`` one after another (a chain of layers)."""
+    def chain():
+        for call in calls:
+            call()
+    return chain
+
+
 def _server() -> None:
     """Child side: JSON requests on stdin, one JSON answer line each on stdout."""
     from tools import onednn, onednn_prim as dp
@@ -434,12 +442,7 @@ def _server() -> None:
             elif op == "time":
                 answer({"s": _timed(sides[req["id"]].call, req["n"])})
             elif op == "chain":  # the layers one after another, as a network calls them
-                calls = [sides[i].call for i in req["ids"]]
-
-                def chain():
-                    for call in calls:
-                        call()
-                answer({"s": _timed(chain, req["n"])})
+                answer({"s": _timed(_in_turn([sides[i].call for i in req["ids"]]), req["n"])})
             elif op == "save":
                 np.save(req["path"], sides[req["id"]].out)
                 answer({})
@@ -845,6 +848,15 @@ def steal_fraction(before, after) -> float | None:
     return (after[0] - before[0]) / (after[1] - before[1])
 
 
+def measure_with_steal(series, min_time, min_rounds, peak, threads) -> float | None:
+    """:func:`measure_interleaved` (with the settle pause of rows of several threads);
+    returns the host's steal over the rounds on the cores this process may use."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    before = host_steal_counters(cpus)
+    measure_interleaved(series, min_time, min_rounds, peak, SETTLE_S if threads > 1 else 0.0)
+    return steal_fraction(before, host_steal_counters(cpus))
+
+
 def run_problem(server, case, variants, isa, threads, min_time, min_rounds, check: bool, peak=None) -> Result:
     r = Result(case["prim"], case, threads, isa)
     series = {}
@@ -885,10 +897,7 @@ def run_problem(server, case, variants, isa, threads, min_time, min_rounds, chec
         except Exception as exc:
             r.notes.append(f"torch error: {type(exc).__name__}: {exc}")
     if series:
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        before = host_steal_counters(cpus)
-        measure_interleaved(list(series.values()), min_time, min_rounds, peak, SETTLE_S if threads > 1 else 0.0)
-        r.steal = steal_fraction(before, host_steal_counters(cpus))
+        r.steal = measure_with_steal(list(series.values()), min_time, min_rounds, peak, threads)
     r.peak = None if peak is None else peak.best
     for (who, variant), s in series.items():
         attr = f"{who}_s" if variant == "fused" else f"{who}_plain_s"
@@ -922,19 +931,10 @@ def run_chain(server, cases, isa, threads, min_time, min_rounds) -> tuple[dict, 
     this one's code, Python objects and weights out of the caches. A loop over one layer
     keeps them all warm; per-call costs that only show cold show here."""
     sides = [int8jit_setup(case, "fused", isa, threads) for case in cases]
-    ours = [side.call for side in sides]
-    bound = [side.bind() for side in sides] if all(side.bind for side in sides) else None
-
-    def chain():
-        for call in ours:
-            call()
-
-    def chain_bound():
-        for call in bound:
-            call()
-    series = {"int8jit": Series(_local_timed(chain), _first_call_s(_local_timed(chain)))}
-    if bound:
-        series["bound"] = Series(_local_timed(chain_bound), _first_call_s(_local_timed(chain_bound)))
+    chains = {"int8jit": _in_turn([side.call for side in sides])}
+    if all(side.bind for side in sides):
+        chains["bound"] = _in_turn([side.bind() for side in sides])
+    series = {who: Series(_local_timed(chain), _first_call_s(_local_timed(chain))) for who, chain in chains.items()}
     if server is not None:
         ids = [f"chain{i}" for i in range(len(cases))]
         for ident, case in zip(ids, cases):
@@ -943,10 +943,7 @@ def run_chain(server, cases, isa, threads, min_time, min_rounds) -> tuple[dict, 
         def theirs(n):
             return server.request(op="chain", ids=ids, n=n)["s"]
         series["onednn"] = Series(theirs, _first_call_s(theirs), remote=True)
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    before = host_steal_counters(cpus)
-    measure_interleaved(list(series.values()), min_time, min_rounds, None, SETTLE_S if threads > 1 else 0.0)
-    steal = steal_fraction(before, host_steal_counters(cpus))
+    steal = measure_with_steal(list(series.values()), min_time, min_rounds, None, threads)
     if server is not None:
         server.request(op="free")
     return {who: s.best for who, s in series.items()}, steal
