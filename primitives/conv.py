@@ -19,6 +19,11 @@ How the source is read:
   (``_Convolution._plan``). Output rows at the top and bottom edge skip the window rows
   that lie in the padding (``Geometry.window_runs``), with a column compensation of the
   K runs they read where the padding is not zero (an s8 source, a zero point).
+* Padded, one group, NHWC, channels a multiple of 4, where it pays (``strips_pay``:
+  res2's 3x3): no copy of the whole source. The output columns whose window stays
+  inside the source's width read it in place (the rows at the top and bottom skip as
+  above); the few edge columns read narrow padded copies of the source's edges, the
+  strips (``Geometry.strips``), which the threads fill as they fill rows above.
 
 Weights: plain tags are packed at every execution; with ``any`` the descriptor asks for
 a packed layout (:class:`ConvWeightsLayout`): reorder the weights into it once. Packing
@@ -163,6 +168,32 @@ class Geometry:
         lo = next((kh for kh in range(kh_count) if top + kh * step >= 0), kh_count)
         hi = next((kh for kh in reversed(range(kh_count)) if top + kh * step < self.src[1]), -1) + 1
         return (lo * per_kh, hi * per_kh) if hi > lo else (0, runs)
+
+    def strips(self) -> tuple | None:
+        """How a padded 2-D whole-pixel source is read without a padded copy of it all:
+        ``(left, right, left_width, right_width)``, or None where it cannot be.
+
+        Output columns whose window stays inside the source's width read the user's rows
+        directly (top and bottom rows skip the window rows in the padding:
+        :meth:`window_runs`); the ``left`` first and ``right`` last columns, whose windows
+        reach into the side padding, read two narrow padded copies of the source's edges
+        instead (the strips: ``left_width`` and ``right_width`` padded columns, every
+        padded row). None for 3-D windows, where an output row's window has no row inside
+        the source (rows read in place skip the padding's), or where no column is inside."""
+        if self.ker[0] != 1 or self.padded[0] != 1:
+            return None
+        step = self.dil[1] + 1
+        for h in range(self.out[1]):
+            top = h * self.stride[1] - self.pad_l[1]
+            if not any(0 <= top + kh * step < self.src[1] for kh in range(self.ker[1])):
+                return None
+        extent = (self.ker[2] - 1) * (self.dil[2] + 1) + 1
+        sw, width = self.stride[2], self.out[2]
+        left = sum(1 for w in range(width) if w * sw < self.pad_l[2])
+        right = sum(1 for w in range(width) if w * sw - self.pad_l[2] + extent > self.src[2])
+        if left + right >= width:
+            return None
+        return (left, right, (left - 1) * sw + extent if left else 0, (right - 1) * sw + extent if right else 0)
 
     @property
     def partial_runs(self) -> tuple:
@@ -360,19 +391,27 @@ class ConvolutionDesc(PrimitiveDesc):
             weights_md = packed_desc(weights_md.dims, "s8", self._layout, self._layout.nbytes())
         for name, md in ((SRC, src_md), (WEIGHTS, weights_md), (DST, dst_md), (BIAS, bias_md)):
             self._set_desc(name, md)
-        self._kernel_for(self.fast)  # creation pays the code generation (or the disk cache) once
         g = self.geometry
-        tile_n = self.fast.nr * self.fast.path.lanes
-        self._ocgp = -(-g.ocg // tile_n) * tile_n
-        n_out = g.n * g.out[0] * g.out[1] * g.out[2]
-        self._pad_bytes = 0 if self._direct_src() else g.n * _prod(g.padded) * G * g.icgp
-        self._dst_tmp_bytes = 0 if dst_md.perm == cl else n_out * OC * dst_md.itemsize
         # Rows skip window rows in the padding (Geometry.window_runs), except where the
         # padding's products may saturate VPMADDUBSW (faithful: the model's saturation
         # includes them); with a compensation, rows that skip take one of their own: one
         # more column array per distinct run range.
         self._skip_padding = not (attr.policy == "faithful" and self.fast.path.kind == "maddubsw" and
                                   self.output.col_comp)
+        # A padded whole-pixel NHWC source: read in place but for its edge columns (Geometry.strips)
+        self._strips = (g.strips() if not g.direct and G == 1 and icg % 4 == 0 and src_md.perm == cl
+                        and self._skip_padding else None)
+        if self._strips and not strips_pay(self.fast.path, g, self._strips, self._row_splits()):
+            self._strips = None
+        if self._strips:
+            self._pad_bytes = g.n * g.padded[1] * (self._strips[2] + self._strips[3]) * g.icg
+        else:
+            self._pad_bytes = 0 if self._direct_src() else g.n * _prod(g.padded) * G * g.icgp
+        self._kernel_for(self.fast)  # creation pays the code generation (or the disk cache) once
+        tile_n = self.fast.nr * self.fast.path.lanes
+        self._ocgp = -(-g.ocg // tile_n) * tile_n
+        n_out = g.n * g.out[0] * g.out[1] * g.out[2]
+        self._dst_tmp_bytes = 0 if dst_md.perm == cl else n_out * OC * dst_md.itemsize
         self._partial = g.partial_runs if self.output.col_comp and self._skip_padding else ()
         self._cols_bytes = 4 * (4 + len(self._partial)) * G * self._ocgp
         self.scratchpad_nbytes = _align(self._pad_bytes) + _align(self._dst_tmp_bytes) + self._cols_bytes
@@ -406,12 +445,22 @@ class ConvolutionDesc(PrimitiveDesc):
             return False
         return b_bytes >= g.n * _prod(g.src) * g.icg
 
+    def _row_splits(self) -> list:
+        """The output rows of an image (one depth plane) the work items take: (h0, h1)."""
+        g = self.geometry
+        parts = 1 if self._split_columns() else self.threads  # how many ways the pixels split
+        return split(g.out[1], max(1, parts // max(1, g.n * g.out[0])))
+
     def _kernel_for(self, choice: Choice, output=None):
         g = self.geometry
         if self._flat_src():  # one GEMM over all pixels, split between threads (see _plan)
             parts = 1 if self._split_columns() else self.threads
             rows = tuple(e - b for b, e in split(g.n * _prod(g.out), parts, 8))
             mr = flat_tile_rows(choice.path, g, choice.nr, rows)
+        elif self._strips:  # the columns inside, a row at a time; each edge column down its rows
+            left, right = self._strips[:2]
+            mr = conv_tile(choice.path, g)[0]
+            rows = (g.out[2] - left - right,) + (tuple(e - b for b, e in self._row_splits()) if left + right else ())
         else:  # each output row is a run of row blocks
             mr, rows = conv_tile(choice.path, g)[0], (g.out[2],)
         kspec = choose_tile(choice.path, self.src_s8, output or self.output, choice.nr, mr, positions=True,
@@ -435,7 +484,8 @@ class ConvolutionDesc(PrimitiveDesc):
                 "decision": ("halve_weights: weights * 0.5 and the result * 2 (inexact), fast VPMADDUBSW path"
                              if self.halve else self.fast.reason),
                 "kernel": kspec.name, "tile": (kspec.mr, kspec.nr), "geometry": self.geometry,
-                "source": "direct" if self._direct_src() else "padded copy in the scratchpad"}
+                "source": ("direct" if self._direct_src() else "direct, the edge columns from padded strips in "
+                           "the scratchpad" if self._strips else "padded copy in the scratchpad")}
 
     def _create_primitive(self):
         return _Convolution(self)
@@ -500,6 +550,28 @@ def conv_tile(path: Path, g: Geometry) -> tuple:
     best = min(costs.values())
     n, r = max(key for key, cost in costs.items() if cost <= 1.03 * best)
     return r, n
+
+
+def strips_pay(path: Path, g: Geometry, strips: tuple, splits: list) -> bool:
+    """Whether reading a padded source in place with edge strips (``Geometry.strips``:
+    the columns inside as shorter rows, each edge column down the rows of ``splits``)
+    beats the padded copy: where a column tile's B stays in L1 and conv_tile's model
+    gives the strips' row blocks no more cycles than the whole rows'.
+
+    The copy costs a pass over the source; the strips cost more, shorter row blocks,
+    and where B streams from L2 each block reads it again. Measured, one thread, the
+    same layer both ways interleaved in one process: res2 3x3 (B in L1) +1.5-4% at
+    batch 1 and 8 (+3-6% on two threads). With B streaming: res4 3x3 -1-3% even at a
+    height of 6 (34 blocks an image, not 42 of 5), res3 3x3 -3-5%, res4 3x3/2 -0.5-3%,
+    res5 3x3 -13-15%.
+    """
+    r, n = conv_tile(path, g)
+    if _streams_b(path, g, n):
+        return False
+    left, right = strips[:2]
+    width, rows = g.out[2], g.out[1]
+    edges = (left + right) * sum(_rows_cycles(path, g, h1 - h0, r, n) for h0, h1 in splits)
+    return rows * _rows_cycles(path, g, width - left - right, r, n) + edges <= rows * _rows_cycles(path, g, width, r, n)
 
 
 def flat_tile_rows(path: Path, g: Geometry, nr: int, rows: tuple) -> int:
@@ -588,26 +660,30 @@ class _Convolution(GemmKernels, Primitive):
             if not lo <= zp_src <= hi:
                 raise ValueError(f"zero_points:src: {zp_src} is outside the {src.desc.dt} range [{lo}, {hi}]; "
                                  "convolution pads the source with its zero point")
-            a = sp[:pd._pad_bytes].view(src.array.dtype).reshape((g.n,) + g.padded + (G, g.icgp))
-            # The borders (and padded channels) keep their zero point from one call to the
-            # next: only the interior is rewritten.
+            # The padded copy, or the edge strips: its borders (and padded channels) keep
+            # their zero point from one call to the next; only the source's part is rewritten.
+            a = sp[:pd._pad_bytes].view(src.array.dtype)
             if not kept or self._filled.get(a.ctypes.data) != zp_src:
                 a.fill(zp_src)
                 self._filled[a.ctypes.data] = zp_src
-            if src.desc.perm == _channels_last(src.desc.ndims):
-                x = src.array.reshape((g.n,) + g.src + (G, g.icg))
+            if pd._strips:  # read in place; the threads copy the edges into the strips
+                a, pixel, rows_src = src.array, g.icg, src.array
             else:
-                x = np.moveaxis(src.logical(), 1, -1).reshape((g.n,) + g.src + (G, g.icg))
-            (d0, h0, w0) = g.pad_l
-            interior = a[:, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg]
-            pixel = G * g.icgp
-            # (Threads that split the columns would each copy every row, into the same lines:
-            # 2-6% slower than one copy before them.)
-            if g.icg == g.icgp and g.padded[0] == 1 and not pd._split_columns() and x.flags.c_contiguous \
-                    and np.may_share_memory(x, src.array):
-                rows_src = x  # whole pixels, one depth plane, the user's channels-last array
-            else:
-                copy_source = _source_copy(interior, x, a, g, zp_src)
+                a = a.reshape((g.n,) + g.padded + (G, g.icgp))
+                if src.desc.perm == _channels_last(src.desc.ndims):
+                    x = src.array.reshape((g.n,) + g.src + (G, g.icg))
+                else:
+                    x = np.moveaxis(src.logical(), 1, -1).reshape((g.n,) + g.src + (G, g.icg))
+                (d0, h0, w0) = g.pad_l
+                interior = a[:, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg]
+                pixel = G * g.icgp
+                # (Threads that split the columns would each copy every row, into the same
+                # lines: 2-6% slower than one copy before them.)
+                if g.icg == g.icgp and g.padded[0] == 1 and not pd._split_columns() and x.flags.c_contiguous \
+                        and np.may_share_memory(x, src.array):
+                    rows_src = x  # whole pixels, one depth plane, the user's channels-last array
+                else:
+                    copy_source = _source_copy(interior, x, a, g, zp_src)
         dst = mem[DST]
         c_nhwc = None
         if pd._dst_tmp_bytes:  # a channels-first dst: computed channels-last, transposed after
@@ -660,14 +736,14 @@ class _Convolution(GemmKernels, Primitive):
                                       mem[zero_points(DST)].array if zero_points(DST) in mem else None)
 
         plan = self._plan(packs, a, pixel, c, sp, output, rows_src)
-        a_ptr, c_ptr = pointer_to(a), pointer_to(c)
-        for s, a_off, c_off, col0, row0 in plan["items"]:
-            s.a, s.c = a_ptr + a_off, c_ptr + c_off
+        bases, c_ptr = (pointer_to(a), pointer_to(sp)), pointer_to(c)  # A's buffers: a, the strips
+        for s, base, a_off, c_off, col0, row0, pitch in plan["items"]:
+            s.a, s.c = bases[base] + a_off, c_ptr + c_off
             s.dst_scale_inv = dst_scale
             for i, kind, arr in binaries:
                 s.po_src[i] = pointer_to(arr) + {"common": 0, "col": 4 * col0,
                                                  "full": 4 * (row0 * OC + col0)}[kind]
-                s.po_ld[i] = 4 * OC
+                s.po_ld[i] = 4 * OC * pitch
         calls = plan["calls"]
         dst_logical = dst.logical() if c_nhwc is not None else None
 
@@ -692,7 +768,8 @@ class _Convolution(GemmKernels, Primitive):
         """The kernel calls per thread. ``rows_src``: the source whose padded copy ``a`` the
         threads fill themselves, each the rows its items read, right before their first
         kernel call (the copy then runs in parallel; a halo row two threads both need is
-        written twice with the same bytes)."""
+        written twice with the same bytes); with edge strips (``pd._strips``), ``a`` is
+        the source itself and the threads fill the strips' rows so."""
         pd, g = self.pd, self.pd.geometry
         key = (tuple((id(p), ch.path) for p, ch in packs), a.ctypes.data, c.ctypes.data, sp.ctypes.data, output,
                None if rows_src is None else rows_src.ctypes.data)
@@ -706,34 +783,44 @@ class _Convolution(GemmKernels, Primitive):
         sd, sh, sw = g.stride
         tmp_end = _align(pd._pad_bytes) + _align(pd._dst_tmp_bytes)
         cols = sp[tmp_end: tmp_end + pd._cols_bytes].view(np.float32).reshape(-1, G, pd._ocgp)
-        fold = g.runs[0] < g.positions  # a run per (kd, kh), kw inside it (Geometry.runs)
+        strips = pd._strips
+        # Layouts the items read A in: (pixel stride, dst pixel stride, outer strides of A and
+        # dst, pixels between a binary operand's rows, the positions' offsets table). The
+        # source's rows are Wp pixels wide (the padded copy), or, read in place, its own width.
+        row_width = g.src[2] if strips else Wp
+        layouts = [(sw * pixel, OC * dbytes, sh * row_width * pixel, OW * OC * dbytes, 1,
+                    self._offsets(Hp, row_width, pixel))]
+        if strips:  # an edge column: m rows down a strip, dst pixels a row apart
+            s_width = strips[2] + strips[3]
+            layouts.append((sh * s_width * pixel, OW * OC * dbytes, 0, 0, OW, self._offsets(Hp, s_width, pixel)))
         k_pos = g.runs[1]
-        offsets = np.array([((kd * (g.dil[0] + 1) * Hp + kh * (g.dil[1] + 1)) * Wp + kw * (g.dil[2] + 1)) * pixel
-                            for kd in range(g.ker[0]) for kh in range(g.ker[1])
-                            for kw in (range(1) if fold else range(g.ker[2]))], np.int64)
         image = Dp * Hp * Wp * pixel
         by_columns = pd._split_columns()
         parts = 1 if by_columns else pd.threads  # how many ways the pixels split
-        # Work items: (a offset, dst offset, rows m, first dst row, its row copy, its output
-        # rows as classes that read the same K runs (_row_classes)).
+        # Work items: (layout, A's buffer (0: a, 1: the strips), a offset, dst offset, rows m,
+        # first dst pixel, the calls that copy its rows, its output rows as classes that
+        # read the same K runs (_row_classes)).
         if pd._flat_src():  # one GEMM over every pixel
             total = g.n * OD * OH * OW
-            items = [(p0 * pixel, p0 * OC * dbytes, p1 - p0, p0, None, [(0, 1, 0, len(offsets))])
+            items = [(0, 0, p0 * pixel, p0 * OC * dbytes, p1 - p0, p0, (), [(0, 1, 0, g.runs[0])])
                      for p0, p1 in split(total, parts, 8)]
         else:
-            per_image = max(1, parts // max(1, g.n * OD))
-            places = [(n, od, h0, h1) for n in range(g.n) for od in range(OD) for h0, h1 in split(OH, per_image)]
-            slots = self._copy_slots(packs, len(places), by_columns) if rows_src is not None else None
+            places = [(n, od, h0, h1) for n in range(g.n) for od in range(OD) for h0, h1 in pd._row_splits()]
+            slots = (self._copy_slots(packs, len(places), by_columns)
+                     if rows_src is not None and not strips else None)
             items = []
             for j, (n, od, h0, h1) in enumerate(places):
                 row0 = ((n * OD + od) * OH + h0) * OW
+                if strips:
+                    items += self._strip_items(rows_src, sp, pixel, n, h0, h1, row0, OC * dbytes)
+                    continue
                 slot = n if slots is None else slots[j]  # the padded image the item reads
-                copy = None if rows_src is None else self._row_copy(rows_src, a, pixel, n, h0, h1, slot)
-                items.append((slot * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
+                copy = () if rows_src is None else (self._row_copy(rows_src, a, pixel, n, h0, h1, slot),)
+                items.append((0, 0, slot * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
                               OW, row0, copy, self._row_classes(h0, h1 - h0)))
         threads = min(pd.threads, packs[0][0].tiles if by_columns else len(items))
         per_thread = [[] for _ in range(threads)]
-        all_items, keep = [], [offsets]
+        all_items, keep = [], [layouts]
         for grp, (packed, choice) in enumerate(packs):
             n_chunks = _chunks(packed, len(items), threads)  # sweeps of a thread's items
             if by_columns:  # thread t: its tiles, every item
@@ -756,14 +843,15 @@ class _Convolution(GemmKernels, Primitive):
             for t, (its, tile_chunks) in enumerate(work):
                 for chunk, (t0, t1) in enumerate(tile_chunks):
                     c0, c1 = t0 * packed.tile_n, min(g.ocg, t1 * packed.tile_n)
-                    for a_off, c_off, m, row0, copy, classes in its:
-                        if copy is not None and chunk == 0 and grp == 0:
-                            per_thread[t].append(copy)
+                    for layout, base, a_off, c_off, m, row0, copies, classes in its:
+                        if chunk == 0 and grp == 0:
+                            per_thread[t] += copies
+                        lda, ldc, a_outer, c_outer, pitch, offsets = layouts[layout]
                         col0 = grp * g.ocg + c0
                         for first, rows, lo, hi in classes:
                             r0 = row0 + first * OW
-                            s = new_args(packed, k_pos, sw * pixel, OC * dbytes, out, c0, c1, r0, r0 + m)
-                            s.outer, s.a_outer_stride, s.c_outer_stride = rows, sh * Wp * pixel, OW * OC * dbytes
+                            s = new_args(packed, k_pos, lda, ldc, out, c0, c1, r0, r0 + m)
+                            s.outer, s.a_outer_stride, s.c_outer_stride = rows, a_outer, c_outer
                             s.pos_off = ffi.cast("int64_t *", pointer_to(offsets)) + lo
                             s.pos_end = s.pos_off + (hi - lo)
                             if lo:  # B of the skipped runs
@@ -773,14 +861,77 @@ class _Convolution(GemmKernels, Primitive):
                                 s.col_comp = pointer_to(cols[4 + i].view(np.int32)[grp]) + 4 * c0
                             s.m = m
                             per_thread[t].append((kernel.function, s))
-                            all_items.append((s, a_off + first * sh * Wp * pixel + grp * g.icgp,
-                                              c_off + first * OW * OC * dbytes + col0 * dbytes, col0, r0))
+                            all_items.append((s, base, a_off + first * a_outer + grp * g.icgp,
+                                              c_off + first * c_outer + col0 * dbytes, col0, r0, pitch))
         keep.append(rows_src)
         plan = {"items": all_items, "calls": CallPlan(per_thread), "keep": keep}
         if len(self._plans) > 8:
             self._plans.clear()
         self._plans[key] = plan
         return plan
+
+    def _offsets(self, Hp: int, width: int, pixel: int) -> np.ndarray:
+        """Each K run's offset from its window's first byte, in a source of rows ``width``
+        pixels wide (planes of ``Hp`` rows)."""
+        g = self.pd.geometry
+        fold = g.runs[0] < g.positions  # a run per (kd, kh), kw inside it (Geometry.runs)
+        return np.array([((kd * (g.dil[0] + 1) * Hp + kh * (g.dil[1] + 1)) * width + kw * (g.dil[2] + 1)) * pixel
+                         for kd in range(g.ker[0]) for kh in range(g.ker[1])
+                         for kw in (range(1) if fold else range(g.ker[2]))], np.int64)
+
+    def _strip_items(self, x: np.ndarray, sp, pixel: int, n: int, h0: int, h1: int, row0: int, dst_pixel: int) -> list:
+        """Image ``n``'s output rows h0..h1-1 read with edge strips (``pd._strips``): the
+        columns inside, from the source ``x`` in place, one row of them at a time; then
+        each edge column, down its strip. The first item copies the source's edge rows
+        those output rows read into the strips."""
+        g = self.pd.geometry
+        left, right, wl, wr = self.pd._strips
+        _, IH, IW = g.src
+        _, Hp, _ = g.padded
+        OW, sh, sw = g.out[2], g.stride[1], g.stride[2]
+        pt, pl = g.pad_l[1], g.pad_l[2]
+        width = wl + wr
+        ih0, ih1 = self._source_rows(h0, h1)
+        strip0 = n * Hp * width  # image n's strip rows, in pixels from the buffer's start
+        copies = []
+        first_right = OW - right  # the first right edge column; its window's first padded column
+        for count, src_col, dst_col, end in ((left, 0, pl, wl), (right, max(0, first_right * sw - pl), None, width)):
+            if not count:
+                continue
+            if dst_col is None:  # the right strip starts at padded column first_right * sw
+                dst_col = wl + src_col + pl - first_right * sw
+            cols = min(IW - src_col, end - dst_col)
+            if cols > 0 and ih1 > ih0:
+                copies.append(self._copy_call(pointer_to(x) + ((n * IH + ih0) * IW + src_col) * pixel,
+                                              pointer_to(sp) + (strip0 + (ih0 + pt) * width + dst_col) * pixel,
+                                              ih1 - ih0, cols * pixel, IW * pixel, width * pixel))
+        classes = self._row_classes(h0, h1 - h0)
+        if any(kind == "full" for _, kind in self.pd._binary):
+            # The kernel counts a full operand's rows on across its outer blocks, as if each
+            # block were a whole output row: blocks of one row each.
+            classes = [(first + i, 1, lo, hi) for first, rows, lo, hi in classes for i in range(rows)]
+        inside = (0, 0, ((n * IH + h0 * sh - pt) * IW + left * sw - pl) * pixel, (row0 + left) * dst_pixel,
+                  OW - left - right, row0 + left, tuple(copies), classes)
+        edges = [(1, 1, (strip0 + h0 * sh * width + (w * sw if w < left else wl + (w - first_right) * sw)) * pixel,
+                  (row0 + w) * dst_pixel, h1 - h0, row0 + w, (), [(0, 1, 0, g.runs[0])])
+                 for w in list(range(left)) + list(range(first_right, OW))]
+        return [inside] + edges
+
+    def _source_rows(self, h0: int, h1: int) -> tuple:
+        """The source rows (of a plane) output rows h0..h1-1 read: [first, end)."""
+        g = self.pd.geometry
+        reach = (g.ker[1] - 1) * (g.dil[1] + 1)
+        return max(0, h0 * g.stride[1] - g.pad_l[1]), min(g.src[1], (h1 - 1) * g.stride[1] - g.pad_l[1] + reach + 1)
+
+    def _copy_call(self, src: int, dst: int, rows: int, row_bytes: int, src_stride: int, dst_stride: int) -> tuple:
+        """The (kernel, args) call of the row copy: ``rows`` rows of ``row_bytes`` bytes from
+        address ``src`` to address ``dst``, rows ``src_stride`` and ``dst_stride`` bytes apart."""
+        kernel = copy_kernel()
+        self._held.add(kernel)  # the plan holds its function pointer only
+        args = ffi.new("struct i8j_copy_args *")
+        args.src, args.dst, args.rows, args.row_bytes = src, dst, rows, row_bytes
+        args.src_stride, args.dst_stride = src_stride, dst_stride
+        return kernel.function, args
 
     def _row_classes(self, h0: int, outer: int) -> list:
         """An item's output rows (``outer`` of them from output row ``h0`` of a plane) as
@@ -822,18 +973,10 @@ class _Convolution(GemmKernels, Primitive):
         g = self.pd.geometry
         _, IH, IW = g.src
         _, Hp, Wp = g.padded
-        pt, pl = g.pad_l[1], g.pad_l[2]
-        reach = (g.ker[1] - 1) * (g.dil[1] + 1)
-        ih0 = max(0, h0 * g.stride[1] - pt)
-        ih1 = min(IH, (h1 - 1) * g.stride[1] - pt + reach + 1)
-        kernel = copy_kernel()
-        self._held.add(kernel)  # the plan holds its function pointer only
-        s = ffi.new("struct i8j_copy_args *")
-        s.src = pointer_to(x) + (n * IH + ih0) * IW * pixel
-        s.dst = pointer_to(a) + ((slot * Hp + ih0 + pt) * Wp + pl) * pixel
-        s.rows, s.row_bytes = max(0, ih1 - ih0), IW * pixel
-        s.src_stride, s.dst_stride = IW * pixel, Wp * pixel
-        return kernel.function, s
+        ih0, ih1 = self._source_rows(h0, h1)
+        return self._copy_call(pointer_to(x) + (n * IH + ih0) * IW * pixel,
+                               pointer_to(a) + ((slot * Hp + ih0 + g.pad_l[1]) * Wp + g.pad_l[2]) * pixel,
+                               max(0, ih1 - ih0), IW * pixel, IW * pixel, Wp * pixel)
 
 
 def _source_copy(interior: np.ndarray, x: np.ndarray, a: np.ndarray, g: Geometry, zp: int):

@@ -13,7 +13,7 @@ from primitives.memory import Memory, desc
 from primitives.reference import output_pipeline
 from runtime.ffi import ffi
 from primitives.reorder import reorder_desc
-from tests.conftest import faithful_model
+from tests.conftest import faithful_model, skip_reason
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 NP = {"u8": np.uint8, "s8": np.int8, "s32": np.int32, "f32": np.float32}
@@ -351,24 +351,33 @@ def test_big_weight_tiles_prefetch_b_ahead(isa_path):
 
 
 @pytest.mark.parametrize("n,threads", [(1, 2), (3, 2), (2, 1), (4, 2)])
-def test_threads_copy_their_source_rows(isa_path, n, threads):
-    """Whole-pixel 2-D sources: each thread copies the padded rows its items read (halo
-    rows twice); a second call on the same arrays, with new source values, copies again.
-    With at least as many images as threads, each thread copies its images, one after the
-    other, into one padded image of the buffer: its own."""
+@pytest.mark.parametrize("groups", [3, 1])
+def test_threads_copy_their_source_rows(isa_path, n, threads, groups):
+    """Whole-pixel 2-D sources that are not read in place (groups; one group of 3
+    channels a pixel, on VNNI paths): each thread copies the padded rows its items read
+    (halo rows twice); a second call on the same arrays, with new source values, copies
+    again. With at least as many images as threads and one group, each thread copies its
+    images, one after the other, into one padded image of the buffer: its own (a thread
+    that reads its images once per group needs each where its copy left it)."""
     from primitives.conv import ConvolutionDesc as Desc
 
+    C = 12 if groups > 1 else 3
+    if groups == 1 and not isa_path.endswith("vnni"):
+        pytest.skip("3 channels a pixel are whole pixels (unpadded to 4) on VNNI paths only")
     rng = np.random.default_rng(n)
-    C, H, W, OC = 16, 9, 7, 24
-    pd = Desc(desc((n, C, H, W), "u8", "nhwc"), desc((OC, C, 3, 3), "s8", "oihw"), desc((n, OC, H - 3, W), "s32", "nhwc"),
-              strides=(1, 1), padding_l=(0, 1), padding_r=(1, 1), dilation=(1, 0), isa=isa_path, threads=threads)
+    H, W, OC = 9, 7, 24
+    wshape = (groups, OC // groups, C // groups, 3, 3)
+    pd = Desc(desc((n, C, H, W), "u8", "nhwc"), desc(wshape, "s8", "abcde"),
+              desc((n, OC, H - 3, W), "s32", "nhwc"), strides=(1, 1), padding_l=(0, 1), padding_r=(1, 1),
+              dilation=(1, 0), isa=isa_path, threads=threads)
+    assert pd._strips is None
     prim = pd.create()
     x = rng.integers(0, 256, (n, H, W, C)).astype(np.uint8)
-    w = rng.integers(-128, 128, (OC, C, 3, 3)).astype(np.int8)
+    w = rng.integers(-128, 128, wshape).astype(np.int8)
     y = np.zeros((n, H - 3, W, OC), np.int32)  # H: dilated window of 5, padding 0 and 1
     for _ in range(2):
         prim.execute({"src": x, "weights": w, "dst": y})
-        want = conv_sum(np.moveaxis(x, -1, 1), w, (1, 1), (0, 1), (1, 1), (1, 0))
+        want = conv_sum(np.moveaxis(x, -1, 1), w if groups > 1 else w[0], (1, 1), (0, 1), (1, 1), (1, 0))
         np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
         x[...] = rng.integers(0, 256, x.shape)
     plan = list(prim._plans.values())[-1]
@@ -377,7 +386,7 @@ def test_threads_copy_their_source_rows(isa_path, n, threads):
     image = pd.geometry.padded[1] * pd.geometry.padded[2] * C  # bytes of one padded image
     slots = {(int(ffi.cast("intptr_t", c.dst)) - first) // image
              for first in [min(int(ffi.cast("intptr_t", c.dst)) for c in copies)] for c in copies}
-    assert rows_src is not None and len(slots) == (threads if n >= threads else 1)
+    assert rows_src is not None and len(slots) == (n if groups > 1 else threads if n >= threads else 1)
 
 
 def test_depth_padding_keeps_the_copy_before_the_threads(isa_path):
@@ -393,16 +402,17 @@ def test_depth_padding_keeps_the_copy_before_the_threads(isa_path):
 @pytest.mark.parametrize("where", ["end", "start"])
 def test_row_copies_stay_inside_the_source(isa_path, guarded, where):
     """The threads' row copies read the source flush against a PROT_NONE page (rows of 7
-    pixels x 12 channels: 84 bytes, a 32-byte piece overlapping the last)."""
+    pixels x 12 channels in 3 groups: 84 bytes, a 32-byte piece overlapping the last)."""
     from primitives.conv import ConvolutionDesc as Desc
 
     rng = np.random.default_rng(3)
-    n, C, H, W, OC = 2, 12, 6, 7, 8
-    pd = Desc(desc((n, C, H, W), "u8", "nhwc"), desc((OC, C, 3, 3), "s8", "oihw"), desc((n, OC, H, W), "s32", "nhwc"),
-              padding_l=(1, 1), padding_r=(1, 1), isa=isa_path, threads=2)
+    n, G, C, H, W, OC = 2, 3, 12, 6, 7, 9
+    pd = Desc(desc((n, C, H, W), "u8", "nhwc"), desc((G, OC // G, C // G, 3, 3), "s8", "abcde"),
+              desc((n, OC, H, W), "s32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1), isa=isa_path, threads=2)
+    assert pd._strips is None and pd.impl_info()["source"] == "padded copy in the scratchpad"
     x = guarded(n * H * W * C, np.uint8, where).reshape(n, H, W, C)
     x[...] = rng.integers(0, 256, x.shape)
-    w = rng.integers(-128, 128, (OC, C, 3, 3)).astype(np.int8)
+    w = rng.integers(-128, 128, (G, OC // G, C // G, 3, 3)).astype(np.int8)
     y = np.zeros((n, H, W, OC), np.int32)
     pd.create().execute({"src": x, "weights": w, "dst": y})
     want = conv_sum(np.moveaxis(np.array(x), -1, 1), w, (1, 1), (1, 1), (1, 1), (0, 0))
@@ -452,3 +462,94 @@ def test_rows_in_the_padding_skip_their_window_rows(isa_path, src_dt, zp, policy
     assert max(spans) == runs
     saturating = policy == "faithful" and pd.fast.path.kind == "maddubsw"
     assert (min(spans) < runs) == (not saturating)
+
+
+STRIP_CASES = [  # (size, ker, strides, dilation, pad_l, pad_r): left/right edge columns, windows
+    ((6, 7), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1)),  # ResNet's 3x3: one edge column a side
+    ((7, 9), (3, 3), (2, 2), (0, 0), (1, 1), (1, 1)),  # 3x3/2
+    ((5, 14), (3, 5), (1, 2), (0, 1), (2, 3), (1, 5)),  # dilated 5 wide, strided: two edge columns a side
+    ((4, 6), (2, 3), (1, 1), (1, 0), (0, 2), (1, 0)),  # left padding 2: an edge window wholly in it
+    ((9, 3), (3, 3), (1, 1), (0, 0), (0, 1), (0, 0)),  # 3 columns wide: one edge column, one inside
+    ((5, 4), (3, 1), (1, 1), (0, 0), (1, 0), (2, 0)),  # padded at the top and bottom only: no strips
+]
+
+
+@pytest.fixture
+def strips_always(monkeypatch):
+    """Edge strips wherever Geometry.strips allows them, whatever conv.strips_pay says."""
+    import primitives.conv as conv
+
+    monkeypatch.setattr(conv, "strips_pay", lambda *args: True)
+
+
+@pytest.mark.parametrize("case", range(len(STRIP_CASES)))
+def test_edge_strips_read_the_source_in_place(isa_path, case, strips_always):
+    """A padded NHWC source of one group and 4k channels is read in place: the columns
+    whose window stays inside the source's width directly, the edge columns from narrow
+    padded strips (Geometry.strips), which the threads fill with the source's edge rows.
+    Exact with every attribute the pipeline takes there (zero points, s8, a full binary
+    operand, whose rows the edge columns walk OW pixels apart, sum), one and two threads,
+    batch 1 and 2, packed weights or plain."""
+    size, ker, strides, dil, pad_l, pad_r = STRIP_CASES[case]
+    for seed, (src_dt, zp, post, n) in enumerate([("u8", None, [], 1), ("u8", 5, [("binary", "add", "full")], 2),
+                                                  ("s8", None, [("sum", 0.5, 2)], 2),
+                                                  ("s8", -3, [("eltwise", "relu", 0.0, 0.0)], 1)]):
+        p = dict(sp=2, groups=1, icg=8, ocg=20, ker=ker, dil=dil, pad_l=pad_l, pad_r=pad_r, strides=strides,
+                 size=size, n=n, src_dt=src_dt, dst_dt="s32" if not post else "s8", zp_src=zp, wscale="oc",
+                 s_src=None, zp_dst=None, bias=bool(seed % 2), post=post, layout=0, policy="exact",
+                 packed=bool(seed % 2), seed=100 * case + seed)
+        got, want = run_case(p, isa_path)
+        np.testing.assert_array_equal(got, want)
+    from primitives.conv import ConvolutionDesc as Desc
+
+    pd = Desc(desc((1, 8) + size, "u8", "nhwc"), desc((4, 8) + ker, "s8", "oihw"),
+              desc((1, 4) + got.shape[2:], "s32", "nhwc"), strides=strides, padding_l=pad_l, padding_r=pad_r,
+              dilation=dil, isa=isa_path)
+    left, right, wl, wr = pd._strips
+    assert pd.impl_info()["source"].startswith("direct, the edge columns")
+    assert pd._pad_bytes == pd.geometry.padded[1] * (wl + wr) * 8  # the strips only, not the padded image
+
+
+@pytest.mark.parametrize("where", ["end", "start"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_edge_strips_stay_inside_the_source(isa_path, guarded, where, threads, strips_always):
+    """Read in place, the source flush against a PROT_NONE page: the columns inside read
+    only source rows inside (rows at the top and bottom skip window rows in the
+    padding), and the strips' copies only the source's edge rows."""
+    from primitives.conv import ConvolutionDesc as Desc
+
+    rng = np.random.default_rng(4)
+    for size, ker, strides, dil, pad_l, pad_r in STRIP_CASES:
+        n, C, OC = 2, 12, 8
+        out = tuple((s + a + b - ((k - 1) * (d + 1) + 1)) // t + 1
+                    for s, a, b, k, d, t in zip(size, pad_l, pad_r, ker, dil, strides))
+        pd = Desc(desc((n, C) + size, "u8", "nhwc"), desc((OC, C) + ker, "s8", "oihw"),
+                  desc((n, OC) + out, "s32", "nhwc"), strides=strides, padding_l=pad_l, padding_r=pad_r,
+                  dilation=dil, attr=Attr(zero_points={"src": 0}), isa=isa_path, threads=threads)
+        assert pd._strips is not None
+        x = guarded(n * size[0] * size[1] * C, np.uint8, where).reshape((n,) + size + (C,))
+        x[...] = rng.integers(0, 256, x.shape)
+        w = rng.integers(-128, 128, (OC, C) + ker).astype(np.int8)
+        y = np.zeros((n,) + out + (OC,), np.int32)
+        pd.create().execute({"src": x, "weights": w, "dst": y, "zero_points:src": np.int32([7])})
+        want = conv_sum(np.moveaxis(np.array(x), -1, 1), w, strides, pad_l, pad_r, dil, 7)
+        np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
+
+
+def test_edge_strips_where_b_stays_in_l1():
+    """ResNet-50's 3x3 layers on AVX-512 VNNI (conv.strips_pay): only res2's (64
+    channels: a column tile's B of 37 KB stays in L1) reads its source in place; the
+    wider ones, whose B streams from L2 again at each of the strips' extra row blocks,
+    copy it."""
+    from primitives.conv import ConvolutionDesc as Desc
+
+    if skip_reason("avx512_core_vnni"):
+        pytest.skip(skip_reason("avx512_core_vnni"))
+    for c, size, stride, want in ((64, 56, 1, True), (128, 28, 1, False), (256, 14, 1, False), (512, 7, 1, False),
+                                  (128, 56, 2, False), (256, 28, 2, False), (512, 14, 2, False)):
+        out = (size - 1) // stride + 1
+        for n, threads in ((1, 1), (8, 2)):
+            pd = Desc(desc((n, c, size, size), "u8", "nhwc"), desc((c, c, 3, 3), "s8", "any"),
+                      desc((n, c, out, out), "u8", "nhwc"), strides=(stride, stride), padding_l=(1, 1),
+                      padding_r=(1, 1), isa="avx512_core_vnni", threads=threads)
+            assert (pd._strips is not None) is want, (c, stride, n, threads)
