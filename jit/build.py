@@ -112,7 +112,7 @@ def _collector_paused() -> Iterator[None]:
 
 @functools.lru_cache(maxsize=None)
 def _target(isa: str):
-    """``jit.isa_targets.target_for``, built once per ISA (1 ms of extension sets each time)."""
+    """``jit.isa_targets.target_for``, built once per ISA."""
     from jit.isa_targets import target_for
 
     return target_for(isa)

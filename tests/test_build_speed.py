@@ -320,3 +320,17 @@ def test_operand_copies_are_deep_and_equal(operand):
     assert _same_structure(copy.deepcopy(value), value)
     shallow = copy.copy(value)
     assert shallow is not value and vars(shallow) == vars(value)
+
+
+def test_targets_equal_peachpys_step_by_step_construction():
+    """jit.isa_targets builds each target in one step; adding its extensions one at a
+    time, as PeachPy's own ``uarch.default + isa.avx + ...`` does, gives the same set."""
+    from jit.isa_targets import extensions_for, target_for
+    from runtime.isa import LADDER
+
+    for isa in LADDER:
+        stepwise = asm.uarch.default
+        for extension in extensions_for(isa):
+            stepwise = stepwise + extension
+        assert {e.name for e in target_for(isa).extensions} == {e.name for e in stepwise.extensions}, isa
+        assert target_for(isa).name == stepwise.name
