@@ -20,7 +20,7 @@ How the source is read:
   that lie in the padding (``Geometry.window_runs``), with a column compensation of the
   K runs they read where the padding is not zero (an s8 source, a zero point).
 * Padded, one group, NHWC, channels a multiple of 4, where it pays (``strips_pay``:
-  res2's 3x3): no copy of the whole source. The output columns whose window stays
+  res2's 3x3, res3's 3x3/2): no copy of the whole source. The output columns whose window stays
   inside the source's width read it in place (the rows at the top and bottom skip as
   above); the few edge columns read narrow padded copies of the source's edges, the
   strips (``Geometry.strips``), which the threads fill as they fill rows above.
@@ -555,23 +555,30 @@ def conv_tile(path: Path, g: Geometry) -> tuple:
 def strips_pay(path: Path, g: Geometry, strips: tuple, splits: list) -> bool:
     """Whether reading a padded source in place with edge strips (``Geometry.strips``:
     the columns inside as shorter rows, each edge column down the rows of ``splits``)
-    beats the padded copy: where a column tile's B stays in L1 and conv_tile's model
-    gives the strips' row blocks no more cycles than the whole rows'.
+    beats the padded copy, which reads and writes each source byte once per call.
 
-    The copy costs a pass over the source; the strips cost more, shorter row blocks,
-    and where B streams from L2 each block reads it again. Measured, one thread, the
-    same layer both ways interleaved in one process: res2 3x3 (B in L1) +1.5-4% at
-    batch 1 and 8 (+3-6% on two threads). With B streaming: res4 3x3 -1-3% even at a
-    height of 6 (34 blocks an image, not 42 of 5), res3 3x3 -3-5%, res4 3x3/2 -0.5-3%,
-    res5 3x3 -13-15%.
+    The strips take more, shorter row blocks. Where a column tile's B stays in L1,
+    conv_tile's model decides: the strips' blocks must cost no more cycles than the
+    whole rows'. Where B streams from L2, each extra block reads its tile's B again:
+    the strips must read less extra B than twice the bytes the copy moves.
+    Measured, one thread, the same layer both ways interleaved in one process (batch 1
+    and 8): res2 3x3 (B in L1) +1.5-4% (+3-6% on two threads); res3 3x3/2 (401 KB of
+    source an image against 737 KB of extra B) +3-4%; and where the rule says copy,
+    res4 3x3/2 (200 KB against 1.8 MB) -0-2%, res5 3x3/2 -2-5%, res3 3x3 -3-5%, res4
+    3x3 -1-8%, res5 3x3 -13-15%.
     """
     r, n = conv_tile(path, g)
-    if _streams_b(path, g, n):
-        return False
     left, right = strips[:2]
     width, rows = g.out[2], g.out[1]
-    edges = (left + right) * sum(_rows_cycles(path, g, h1 - h0, r, n) for h0, h1 in splits)
-    return rows * _rows_cycles(path, g, width - left - right, r, n) + edges <= rows * _rows_cycles(path, g, width, r, n)
+    edge_rows = [h1 - h0 for h0, h1 in splits]  # an edge column's rows, item by item
+    if not _streams_b(path, g, n):
+        edges = (left + right) * sum(_rows_cycles(path, g, m, r, n) for m in edge_rows)
+        inside = rows * _rows_cycles(path, g, width - left - right, r, n)
+        return inside + edges <= rows * _rows_cycles(path, g, width, r, n)
+    extra = (rows * -(-(width - left - right) // r) + (left + right) * sum(-(-m // r) for m in edge_rows)
+             - rows * -(-width // r))  # row blocks an image
+    tiles = -(-g.ocg // (n * path.lanes))
+    return extra * tiles * _b_tile_bytes(path, g, n) < 2 * _prod(g.src) * g.icg
 
 
 def flat_tile_rows(path: Path, g: Geometry, nr: int, rows: tuple) -> int:
