@@ -900,13 +900,16 @@ class _Convolution(GemmKernels, Primitive):
         width = wl + wr
         ih0, ih1 = self._source_rows(h0, h1)
         strip0 = n * Hp * width  # image n's strip rows, in pixels from the buffer's start
+        first_right = OW - right  # the first right edge column
+        # Each strip's part of the source: (its first source column, the strip column it
+        # goes to, the strip's end). The left strip holds padded columns 0..wl-1; the right
+        # one, from strip column wl, those from the first right column's window on.
+        parts = [(0, pl, wl)] if left else []
+        if right:
+            src_col = max(0, first_right * sw - pl)
+            parts.append((src_col, wl + src_col + pl - first_right * sw, width))
         copies = []
-        first_right = OW - right  # the first right edge column; its window's first padded column
-        for count, src_col, dst_col, end in ((left, 0, pl, wl), (right, max(0, first_right * sw - pl), None, width)):
-            if not count:
-                continue
-            if dst_col is None:  # the right strip starts at padded column first_right * sw
-                dst_col = wl + src_col + pl - first_right * sw
+        for src_col, dst_col, end in parts:
             cols = min(IW - src_col, end - dst_col)
             if cols > 0 and ih1 > ih0:
                 copies.append(self._copy_call(pointer_to(x) + ((n * IH + ih0) * IW + src_col) * pixel,
