@@ -71,9 +71,17 @@ from runtime.threads import resolve_threads, split
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 POLICIES = ("exact", "faithful", "halve_weights")
 _ONE = np.ones(1, np.float32)
-# From the core's caches (runtime.caches; tuned on 48 KB of L1 data and 2 MB of L2):
-_L1_BUDGET = data_caches().l1d * 5 // 6  # bytes of a column tile's B that stay in L1 across row blocks
-_L2_BUDGET = max(data_caches().l2 // 2, _L1_BUDGET)  # bytes of packed B a thread keeps in L2 over its images
+
+
+def cache_budgets(caches) -> tuple[int, int]:
+    """(bytes of a column tile's B that stay in L1 across row blocks, bytes of packed B a
+    thread keeps in L2 over its images) for a core's ``runtime.caches.DataCaches``: 5/6
+    of L1 data, half of L2 (tuned on 48 KB and 2 MB)."""
+    l1 = caches.l1d * 5 // 6
+    return l1, max(caches.l2 // 2, l1)
+
+
+_L1_BUDGET, _L2_BUDGET = cache_budgets(data_caches())
 
 
 def _tuple(name: str, value, n: int, lo: int) -> tuple:

@@ -40,6 +40,25 @@ def _synthetic_cpu(level: str) -> None:
 if os.environ.get("INT8JIT_TEST_CPU", "").strip():
     _synthetic_cpu(os.environ["INT8JIT_TEST_CPU"])
 
+
+def _synthetic_caches(text: str) -> None:
+    """``INT8JIT_TEST_CACHES=<L1 data>,<L2>`` (sysfs's notation: ``32K,1M``, a Zen 4
+    core's): the blocking plans, in this test process, against those caches instead of
+    this machine's. Set before the primitives are imported (``primitives.conv`` takes
+    its budgets at import)."""
+    from runtime import caches
+
+    try:
+        l1d, l2 = (caches._size(part) for part in text.split(","))
+    except ValueError:
+        raise pytest.UsageError(f"INT8JIT_TEST_CACHES: expected '<L1 data>,<L2>' such as '32K,1M', got {text!r}")
+    pretended = caches.DataCaches(l1d=l1d, l2=l2, source="INT8JIT_TEST_CACHES")
+    caches.data_caches = lambda: pretended
+
+
+if os.environ.get("INT8JIT_TEST_CACHES", "").strip():
+    _synthetic_caches(os.environ["INT8JIT_TEST_CACHES"])
+
 # What each ladder level needs beyond the one below, in words for skip reasons.
 _FEATURE_WORDS = {
     "avx2": "AVX2", "fma": "FMA", "bmi2": "BMI2", "avx_vnni": "AVX-VNNI",

@@ -230,9 +230,29 @@ def test_stem_channels_unpadded(isa_path, icg):
     assert pd.geometry.tight == isa_path.endswith("vnni")
 
 
-def test_conv_tile_model():
+@pytest.fixture
+def caches_of(monkeypatch):
+    """``caches_of(l1d, l2)``: the convolution's blocking budgets for a core with those
+    caches, whatever this machine has (the model's picks depend on them)."""
+    import primitives.conv as conv
+    from runtime.caches import DataCaches
+
+    def pretend(l1d: int, l2: int) -> None:
+        l1_budget, l2_budget = conv.cache_budgets(DataCaches(l1d=l1d, l2=l2, source="test"))
+        monkeypatch.setattr(conv, "_L1_BUDGET", l1_budget)
+        monkeypatch.setattr(conv, "_L2_BUDGET", l2_budget)
+    return pretend
+
+
+EMERALD_RAPIDS = (48 << 10, 2 << 20)  # the caches the model was tuned and these picks measured on
+ZEN4 = (32 << 10, 1 << 20)
+
+
+def test_conv_tile_model(caches_of):
     """The tile model's picks on ResNet-50's 3x3 layers (AVX-512 VNNI): 4 vectors where B
-    stays in L1 or rows are long, 7-row blocks of 2 vectors at 7 pixels with 512 channels."""
+    stays in L1 or rows are long, 7-row blocks of 2 vectors at 7 pixels with 512 channels.
+    With a Zen 4 core's 32 KB of L1, res2's 37 KB column tile of B streams from L2, and
+    shorter blocks of 4 rows take it."""
     from primitives.conv import Geometry, conv_tile
     from primitives.gemm import fast_path
 
@@ -240,18 +260,23 @@ def test_conv_tile_model():
         g = Geometry(1, 1, c, c, (1, width, width), (1, 3, 3), (1, width, width), (1, 1, 1), (0, 0, 0),
                      (0, 1, 1), (0, 1, 1))
         return conv_tile(fast_path(isa), g)
+    caches_of(*EMERALD_RAPIDS)
     assert tile(64, 56) == (6, 4)
     assert tile(256, 14) == (5, 4)
     assert tile(512, 7) == (7, 2)
     assert tile(512, 7, "avx2") == (5, 2)  # 16 registers: GEMM's own tile width
+    caches_of(*ZEN4)
+    assert tile(64, 56) == (4, 4)
+    assert tile(256, 14) == (5, 4) and tile(512, 7) == (7, 2)
 
 
-def test_flat_tile_rows_fit_the_pixel_count():
+def test_flat_tile_rows_fit_the_pixel_count(caches_of):
     """A 1x1 layer's block height follows its pixel count: res5's 49 pixels as 9 x 5 + 4
     rather than 8 x 6 + 1; thousands of pixels keep the tallest block."""
     from primitives.conv import Geometry, flat_tile_rows
     from primitives.gemm import fast_path
 
+    caches_of(*EMERALD_RAPIDS)
     path = fast_path("avx512_core_vnni")
     g = Geometry(1, 1, 2048, 512, (1, 7, 7), (1, 1, 1), (1, 7, 7), (1, 1, 1), (0, 0, 0), (0, 0, 0), (0, 0, 0))
     assert g.flat
@@ -536,15 +561,17 @@ def test_edge_strips_stay_inside_the_source(isa_path, guarded, where, threads, s
         np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
 
 
-def test_edge_strips_where_they_pay():
-    """ResNet-50's 3x3 layers on AVX-512 VNNI (conv.strips_pay): res2's (64 channels: a
-    column tile's B stays in L1, so the strips' extra row blocks cost little) and res3's
-    3x3/2 (its 56x56 source costs more to copy than its one edge column's blocks read
-    of B again) read the source in place; the others copy it."""
+def test_edge_strips_where_they_pay(caches_of):
+    """ResNet-50's 3x3 layers on AVX-512 VNNI (conv.strips_pay), with the caches the rule
+    was measured on: res2's (64 channels: a column tile's B stays in L1, so the strips'
+    extra row blocks cost little) and res3's 3x3/2 (its 56x56 source costs more to copy
+    than its one edge column's blocks read of B again) read the source in place; the
+    others copy it."""
     from primitives.conv import ConvolutionDesc as Desc
 
     if skip_reason("avx512_core_vnni"):
         pytest.skip(skip_reason("avx512_core_vnni"))
+    caches_of(*EMERALD_RAPIDS)
     for c, size, stride, want in ((64, 56, 1, True), (128, 28, 1, False), (256, 14, 1, False), (512, 7, 1, False),
                                   (128, 56, 2, True), (256, 28, 2, False), (512, 14, 2, False)):
         out = (size - 1) // stride + 1
