@@ -20,10 +20,11 @@ How the source is read:
   that lie in the padding (``Geometry.window_runs``), with a column compensation of the
   K runs they read where the padding is not zero (an s8 source, a zero point).
 * Padded, one group, NHWC, channels a multiple of 4, where it pays (``strips_pay``:
-  res2's 3x3, res3's 3x3/2): no copy of the whole source. The output columns whose window stays
-  inside the source's width read it in place (the rows at the top and bottom skip as
-  above); the few edge columns read narrow padded copies of the source's edges, the
-  strips (``Geometry.strips``), which the threads fill as they fill rows above.
+  res2's 3x3, res3's 3x3/2): no copy of the whole source. The output columns whose
+  window stays inside the source's width read it in place (the rows at the top and
+  bottom skip as above); the few edge columns read narrow padded copies of the source's
+  edges, the strips (``Geometry.strips``), which the threads fill in their call lists
+  as they fill the padded copy's rows above.
 
 Weights: plain tags are packed at every execution; with ``any`` the descriptor asks for
 a packed layout (:class:`ConvWeightsLayout`): reorder the weights into it once. Packing
