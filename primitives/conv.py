@@ -454,17 +454,24 @@ class ConvolutionDesc(PrimitiveDesc):
             return False
         return b_bytes >= g.n * _prod(g.src) * g.icg
 
+    def _pixel_parts(self) -> int:
+        """How many ways the output pixels split between threads (1 where they take column tiles)."""
+        return 1 if self._split_columns() else self.threads
+
+    def _flat_splits(self) -> list:
+        """A flat layer's pixels (one GEMM over all of them) as the work items take them: (p0, p1)."""
+        g = self.geometry
+        return split(g.n * _prod(g.out), self._pixel_parts(), 8)
+
     def _row_splits(self) -> list:
         """The output rows of an image (one depth plane) the work items take: (h0, h1)."""
         g = self.geometry
-        parts = 1 if self._split_columns() else self.threads  # how many ways the pixels split
-        return split(g.out[1], max(1, parts // max(1, g.n * g.out[0])))
+        return split(g.out[1], max(1, self._pixel_parts() // max(1, g.n * g.out[0])))
 
     def _kernel_for(self, choice: Choice, output=None):
         g = self.geometry
         if self._flat_src():  # one GEMM over all pixels, split between threads (see _plan)
-            parts = 1 if self._split_columns() else self.threads
-            rows = tuple(e - b for b, e in split(g.n * _prod(g.out), parts, 8))
+            rows = tuple(e - b for b, e in self._flat_splits())
             mr = flat_tile_rows(choice.path, g, choice.nr, rows)
         elif self._strips:  # the columns inside, a row at a time; each edge column down its rows
             left, right = self._strips[:2]
@@ -812,14 +819,12 @@ class _Convolution(GemmKernels, Primitive):
         k_pos = g.runs[1]
         image = Dp * Hp * Wp * pixel
         by_columns = pd._split_columns()
-        parts = 1 if by_columns else pd.threads  # how many ways the pixels split
         # Work items: (layout, A's buffer (0: a, 1: the strips), a offset, dst offset, rows m,
         # first dst pixel, the calls that copy its rows, its output rows as classes that
         # read the same K runs (_row_classes)).
         if pd._flat_src():  # one GEMM over every pixel
-            total = g.n * OD * OH * OW
             items = [(0, 0, p0 * pixel, p0 * OC * dbytes, p1 - p0, p0, (), [(0, 1, 0, g.runs[0])])
-                     for p0, p1 in split(total, parts, 8)]
+                     for p0, p1 in pd._flat_splits()]
         else:
             places = [(n, od, h0, h1) for n in range(g.n) for od in range(OD) for h0, h1 in pd._row_splits()]
             slots = (self._copy_slots(packs, len(places), by_columns)
