@@ -35,6 +35,12 @@ def _to_rows(v):
     return np.moveaxis(v, 1, -1).reshape(-1, v.shape[1])
 
 
+def _out_size(size, ker, strides, dil, pad_l, pad_r) -> tuple:
+    """The output's spatial dims (oneDNN's convention: dilation 0 is dense)."""
+    return tuple((s + a + b - ((k - 1) * (d + 1) + 1)) // t + 1
+                 for s, k, t, d, a, b in zip(size, ker, strides, dil, pad_l, pad_r))
+
+
 @st.composite
 def problems(draw):
     sp = draw(st.sampled_from([1, 2, 2, 2, 3]))
@@ -74,8 +80,7 @@ def run_case(p, isa):
     x = _rand(rng, p["src_dt"], (N, IC) + p["size"])
     wshape = ((G, ocg, icg) if G > 1 else (OC, IC)) + p["ker"]
     w = _rand(rng, "s8", wshape)
-    out = tuple((s + a + b - ((k - 1) * (d + 1) + 1)) // st_ + 1 for s, a, b, k, d, st_ in
-                zip(p["size"], p["pad_l"], p["pad_r"], p["ker"], p["dil"], p["strides"]))
+    out = _out_size(p["size"], p["ker"], p["strides"], p["dil"], p["pad_l"], p["pad_r"])
     tag = TAGS[sp + 2][p["layout"]]
     wtag = "abcdefg"[:len(wshape)]
     scales_, zps, args = {}, {}, {}
@@ -546,8 +551,7 @@ def test_edge_strips_stay_inside_the_source(isa_path, guarded, where, threads, s
     rng = np.random.default_rng(4)
     for size, ker, strides, dil, pad_l, pad_r in STRIP_CASES:
         n, C, OC = 2, 12, 8
-        out = tuple((s + a + b - ((k - 1) * (d + 1) + 1)) // t + 1
-                    for s, a, b, k, d, t in zip(size, pad_l, pad_r, ker, dil, strides))
+        out = _out_size(size, ker, strides, dil, pad_l, pad_r)
         pd = Desc(desc((n, C) + size, "u8", "nhwc"), desc((OC, C) + ker, "s8", "oihw"),
                   desc((n, OC) + out, "s32", "nhwc"), strides=strides, padding_l=pad_l, padding_r=pad_r,
                   dilation=dil, attr=Attr(zero_points={"src": 0}), isa=isa_path, threads=threads)
