@@ -422,6 +422,9 @@ class Primitive:
             return functools.partial(self.execute, args)  # (verbose: each call prints its line)
         bound = functools.partial(replay.run)
         bound.slot = slot  # its scratchpad lives as long as the call
+        # So do the primitive and its kernels: the replay's call lists hold bare function
+        # pointers, and jit.cache.clear_memory() lets a dropped primitive's code be unmapped.
+        bound.primitive = self
         return bound
 
     def _full(self, args: Mapping, quiet: bool, slot: "_Slot | None" = None) -> "Replay | None":

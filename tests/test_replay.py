@@ -327,6 +327,46 @@ def test_bound_calls_outlive_the_plan_cache():
         np.testing.assert_array_equal(args["dst"], _fresh(p, args))
 
 
+@pytest.mark.parametrize("kind", ["conv", "inner product", "pooling", "depthwise"])
+def test_bound_calls_outlive_their_primitive(kind):
+    """A bound call whose primitive the caller dropped, after the primitive cache and the
+    kernel cache were cleared, still runs its kernels: their code stays mapped (it was
+    unmapped under the pooling's call, a SIGSEGV)."""
+    import gc
+
+    from jit import cache
+    from primitives import primitive_cache
+    from primitives.conv_depthwise import DepthwiseConvDesc
+    from primitives.pooling import PoolingDesc
+
+    rng = np.random.default_rng(8)
+    if kind == "conv":
+        p, args = _conv()
+    elif kind == "inner product":
+        p = InnerProductDesc(desc((3, 8), "u8", "ab"), desc((5, 8), "s8", "ab"), desc((3, 5), "s32", "ab")).create()
+        args = {"src": rng.integers(0, 256, (3, 8)).astype(np.uint8),
+                "weights": rng.integers(-128, 128, (5, 8)).astype(np.int8), "dst": np.zeros((3, 5), np.int32)}
+    elif kind == "pooling":
+        p = PoolingDesc("avg_exclude_padding", desc((1, 16, 7, 7), "u8", "nhwc"), desc((1, 16, 1, 1), "u8", "nhwc"),
+                        1, 7, 0, 0).create()
+        args = {"src": rng.integers(0, 256, (1, 7, 7, 16)).astype(np.uint8), "dst": np.zeros((1, 1, 1, 16), np.uint8)}
+    else:
+        p = DepthwiseConvDesc(desc((1, 16, 6, 6), "u8", "nhwc"), desc((16, 1, 1, 3, 3), "s8", "goihw"),
+                              desc((1, 16, 6, 6), "s32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1)).create()
+        args = {"src": rng.integers(0, 256, (1, 6, 6, 16)).astype(np.uint8),
+                "weights": rng.integers(-128, 128, (16, 1, 1, 3, 3)).astype(np.int8),
+                "dst": np.zeros((1, 6, 6, 16), np.int32)}
+    run = p.bind(args)
+    first = args["dst"].copy()
+    del p
+    primitive_cache.clear()
+    cache.clear_memory()
+    gc.collect()
+    args["dst"][...] = 0
+    run()
+    np.testing.assert_array_equal(args["dst"], first)
+
+
 def test_new_arrays_on_every_call_are_not_kept():
     """A caller that passes new src and dst arrays on every call (same packed weights)
     takes one slot: the replay keeps the last call's arrays alive, not every call's."""
