@@ -15,7 +15,9 @@ and the set-up. Before it, :meth:`Primitive.execute` has
 * checked that ``args`` holds every argument the descriptor needs (:meth:`PrimitiveDesc.exec_arg_names`)
   and nothing else, naming the missing or unexpected one,
 * wrapped each ndarray in a :class:`~primitives.memory.Memory` (no copy) checked
-  against the descriptor's query for that name, and each output checked writable,
+  against the descriptor's query for that name, and each output checked writable and
+  apart from every other argument (:func:`~primitives.checks.check_disjoint`: no
+  primitive runs in place),
 * turned ``scales:<arg>`` / ``zero_points:<arg>`` into contiguous f32 / s32 arrays of
   exactly the count the attribute's mask asks for (:func:`~primitives.attr.check_scales`),
 * found the scratchpad: with scratchpad mode ``user``, ``args["scratchpad"]`` must
@@ -66,6 +68,7 @@ import numpy as np
 from primitives import primitive_cache, verbose
 from primitives.attr import (BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Attr, check_scales,
                              check_zero_points, expected_count)
+from primitives.checks import check_disjoint
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc
 
 _TENSOR_ARGS = (SRC, WEIGHTS, BIAS, DST)
@@ -435,6 +438,7 @@ class Primitive:
             self._forget_replays()  # argument sets may share the caller's scratchpad
         mem = spec.fast(args) if quiet else None
         if mem is not None:  # dense arrays of exactly the expected shapes: checked already
+            check_disjoint(mem, spec.outputs, spec.kind, args.get(SCRATCHPAD))
             return self._remember(self._execute(mem, self._scratchpad(args, spec, slot)), args, mem, spec, slot)
         if not isinstance(args, Mapping):
             raise TypeError(f"args: expected a dict of argument name -> Memory or numpy array, "
@@ -453,6 +457,7 @@ class Primitive:
         for name in spec.outputs:
             if name in mem and not mem[name].array.flags.writeable:
                 raise ValueError(f"{name}: the array is read-only but the primitive writes to it")
+        check_disjoint(mem, spec.outputs, spec.kind, args.get(SCRATCHPAD))
         scratchpad = self._scratchpad(args, spec, slot)
         t0 = time.perf_counter()
         replay = self._execute(mem, scratchpad)

@@ -67,3 +67,32 @@ def check_vector(name: str, array, dtype, length: int) -> np.ndarray:
     if flat.size < length:
         raise ValueError(f"{name}: expected at least {length} values, got {flat.size}")
     return flat
+
+
+def check_disjoint(values, outputs: tuple[str, ...], kind: str, scratchpad=None) -> None:
+    """No output among ``values`` (name -> ndarray, or Memory of one), nor a user
+    ``scratchpad``, shares memory with another argument. The kernels read their inputs
+    while they write the output, tile by tile: in place, a later tile would read what an
+    earlier one wrote, and the result would be silently wrong (a sum post-op, or GEMM's
+    beta, is the way to accumulate into it). Replays skip this: they run only on arrays
+    checked before.
+
+    >>> import numpy as np
+    >>> x = np.zeros((4, 8), np.uint8)
+    >>> check_disjoint({"src": x, "dst": x[2:]}, ("dst",), "matmul")
+    Traceback (most recent call last):
+    ...
+    ValueError: dst: overlaps src; matmul does not run in place (pass an array of its own)
+    """
+    arrays = {name: value if isinstance(value, np.ndarray) else value.array for name, value in values.items()}
+    for out in outputs:
+        written = arrays.get(out)
+        if written is None:
+            continue
+        for name, array in arrays.items():
+            if name != out and np.may_share_memory(written, array):
+                raise ValueError(f"{out}: overlaps {name}; {kind} does not run in place (pass an array of its own)")
+    if isinstance(scratchpad, np.ndarray):
+        for name, array in arrays.items():
+            if np.may_share_memory(scratchpad, array):
+                raise ValueError(f"scratchpad: overlaps {name}; the primitive writes its temporaries there")

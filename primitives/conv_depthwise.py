@@ -66,6 +66,7 @@ from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS,
 from jit.output import OutputSpec
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
+from primitives.checks import check_disjoint
 from primitives.pipeline import dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, keyed_slot, slot_key
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
@@ -583,6 +584,7 @@ class DepthwiseConv(Primitive):
                                                                      and value.desc != packed):
                     break
             else:
+                check_disjoint(args, (DST,), self.pd.kind)
                 if self._run(args, None, tuple(key)):
                     self._remember_run(args)
                     return
@@ -779,9 +781,7 @@ class DepthwiseConv(Primitive):
     def _run(self, a: dict, scratchpad, key: tuple | None = None) -> bool:
         """Run the kernel over ``a`` (name -> ndarray, weights also a packed Memory);
         False, before running anything, where ``_prepare`` refuses the values."""
-        src, dst = a[SRC], a[DST]
-        if np.may_share_memory(src, dst):
-            raise ValueError("dst: overlaps src; the convolution is not in place")
+        src, dst = a[SRC], a[DST]  # (apart: checked by execute, and by its fast path)
         params = self._prepare(a, scratchpad, key)
         if params is None:
             return False

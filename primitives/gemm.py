@@ -22,7 +22,7 @@ import numpy as np
 
 from jit.dot import Path, fast_path, widening_path
 from jit.output import OutputSpec, SumOp
-from primitives.checks import check_choice, check_dim, check_int_range, check_matrix, check_vector
+from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, pack_b, saturation_proof
 from primitives.reference import op
 from runtime import isa as isa_mod
@@ -204,6 +204,7 @@ class Gemm:
         check_matrix("C", C, np.int32, M, N, self.ldc, writable=True)
         if co is not None:
             co = check_vector("co", co, np.int32, {"F": 1, "C": M, "R": N}[self.offsetc])
+        check_disjoint({"A": A, "C": C} if co is None else {"A": A, "C": C, "co": co}, ("C",), "gemm")
         if B is not None:
             packed, choice = self._pack(B)
             self._last_packed, self._last_choice = packed, choice

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from primitives.attr import Attr, PostOps
+from primitives.attr import Attr, PostOps, post_op_src1
 from primitives.conv import ConvolutionDesc
 from primitives.matmul import InnerProductDesc
 from primitives.memory import Memory, desc
@@ -403,3 +403,79 @@ def test_dropped_bound_calls_leave_nothing_behind():
     gc.collect()
     assert len(p._written) <= 2 and len(p._filled) <= 2
     assert len(q._sp_views) <= 2
+
+
+OPERAND = post_op_src1(0)
+
+
+def _in_place_cases():
+    """(label, primitive, args, (output, other argument) pairs to alias): small layers of
+    each kind whose dst could be laid over an input of the same byte size."""
+    from primitives.conv_depthwise import DepthwiseConvDesc
+    from primitives.matmul import MatmulDesc
+    from primitives.pooling import PoolingDesc
+
+    rng = np.random.default_rng(11)
+    u8 = lambda *shape: rng.integers(0, 256, shape).astype(np.uint8)  # noqa: E731
+    s8 = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
+    q = Attr(scales={"dst": 0})
+    cases = []
+    # wide enough for several column tiles: in place, a later tile reads an earlier one's output
+    conv = ConvolutionDesc(desc((1, 256, 4, 4), "u8", "nhwc"), desc((256, 256, 1, 1), "s8", "oihw"),
+                           desc((1, 256, 4, 4), "u8", "nhwc"), attr=q).create()
+    cases.append(("conv", conv, {"src": u8(1, 4, 4, 256), "weights": s8(256, 256, 1, 1),
+                                 "dst": np.zeros((1, 4, 4, 256), np.uint8), "scales:dst": np.float32([300.0])}))
+    mm = MatmulDesc(desc((8, 256), "u8", "ab"), desc((256, 256), "s8", "ab"), desc((8, 256), "u8", "ab"),
+                    attr=q).create()
+    cases.append(("matmul", mm, {"src": u8(8, 256), "weights": s8(256, 256), "dst": np.zeros((8, 256), np.uint8),
+                                 "scales:dst": np.float32([300.0])}))
+    binary = Attr().set_post_ops(PostOps().binary("add", desc((8, 64), "f32", "ab")))
+    ip = InnerProductDesc(desc((8, 64), "u8", "ab"), desc((64, 64), "s8", "ab"), desc((8, 64), "f32", "ab"),
+                          attr=binary).create()
+    cases.append(("inner product + binary", ip, {"src": u8(8, 64), "weights": s8(64, 64),
+                                                 "dst": np.zeros((8, 64), np.float32), OPERAND: np.ones((8, 64), np.float32)}))
+    dw = DepthwiseConvDesc(desc((1, 16, 6, 6), "u8", "nhwc"), desc((16, 1, 1, 3, 3), "s8", "goihw"),
+                           desc((1, 16, 6, 6), "u8", "nhwc"), padding_l=(1, 1), padding_r=(1, 1), attr=q).create()
+    cases.append(("depthwise", dw, {"src": u8(1, 6, 6, 16), "weights": s8(16, 1, 1, 3, 3),
+                                    "dst": np.zeros((1, 6, 6, 16), np.uint8), "scales:dst": np.float32([50.0])}))
+    pool = PoolingDesc("max", desc((1, 16, 6, 6), "u8", "nhwc"), desc((1, 16, 6, 6), "u8", "nhwc"), 1, 3, 1, 1).create()
+    cases.append(("pooling", pool, {"src": u8(1, 6, 6, 16), "dst": np.zeros((1, 6, 6, 16), np.uint8)}))
+    rq = reorder_desc(desc((16, 16), "u8", "ab"), desc((16, 16), "u8", "ba")).create()
+    cases.append(("reorder", rq, {"src": u8(16, 16), "dst": np.zeros((16, 16), np.uint8)}))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_in_place_is_refused_before_any_kernel_runs(case):
+    """dst laid over an input (or over a binary post-op's operand) raises, naming both,
+    before any code writes: in place, a kernel would read what it had just written (the
+    1x1 convolution and the matmul gave wrong results silently before this check)."""
+    label, prim, args = _in_place_cases()[case]
+    other = OPERAND if OPERAND in args else "src"
+    shared = args[other] if other == OPERAND else args[other].view(args["dst"].dtype).reshape(args["dst"].shape)
+    before = args[other].copy()
+    with pytest.raises(ValueError, match=f"^dst: overlaps {other}; .* does not run in place"):
+        prim.execute(dict(args, dst=shared))
+    np.testing.assert_array_equal(args[other], before)  # nothing ran
+    prim.execute(args)  # apart: runs, and the next call takes the checked path again
+    with pytest.raises(ValueError, match="^dst: overlaps"):
+        prim.bind(dict(args, dst=shared))
+
+
+def test_user_scratchpad_over_an_argument_is_refused():
+    p, args = _conv(user=True)
+    pad = args["scratchpad"]
+    big = np.zeros(pad.nbytes + args["dst"].nbytes, np.uint8)
+    with pytest.raises(ValueError, match="^scratchpad: overlaps dst"):
+        p.execute(dict(args, scratchpad=big, dst=big[pad.nbytes - 8:pad.nbytes - 8 + args["dst"].nbytes]
+                       .reshape(args["dst"].shape)))
+
+
+def test_gemm_c_over_a_is_refused():
+    from primitives.gemm import Gemm
+
+    buf = np.zeros((8, 32), np.int32)
+    A = buf.view(np.uint8)[:, :64]  # 8 x 64 u8, inside C's rows
+    g = Gemm(8, 32, 64, B=np.ones((64, 32), np.int8), lda=128)
+    with pytest.raises(ValueError, match="^C: overlaps A; gemm does not run in place"):
+        g.execute(A, buf)
