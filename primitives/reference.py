@@ -85,10 +85,11 @@ def gemm_sum(a: np.ndarray, b: np.ndarray, ao: int, bo: int, faithful: bool) -> 
 
 def dst_scale_inverse(scale) -> float:
     """The factor the output pipeline multiplies by for a dst scale: f32(1) / f32(scale)
-    (+-inf for +-0, without numpy's warning)."""
+    (+-inf for +-0 and for scales under 2**-128, without numpy's warnings)."""
     if scale == 0:
         return math.copysign(math.inf, float(scale))
-    return float(np.float32(1) / np.float32(scale))
+    with np.errstate(over="ignore"):
+        return float(np.float32(1) / np.float32(scale))
 
 
 def clamp_f32(f: np.ndarray, lo, hi) -> np.ndarray:

@@ -60,7 +60,7 @@ def problems(draw):
         M=M, K=K, N=N, src_dt=draw(st.sampled_from(["u8", "s8"])), dst_dt=draw(st.sampled_from(list(NP))),
         s_src=draw(st.sampled_from([None, 0.5, 0.031])), wmask=draw(st.sampled_from([None, 0, 2])),
         bias=draw(st.sampled_from([None, "f32", "s32"])), zp_src=draw(st.sampled_from([None, 0, 3, -7])),
-        zp_dst=draw(st.sampled_from([None, 0, 2])), s_dst=draw(st.sampled_from([None, 1.0, 7.5, -2.0])),
+        zp_dst=draw(st.sampled_from([None, 0, 2])), s_dst=draw(st.sampled_from([None, 1.0, 7.5, -2.0, 0.0, 1e-45])),
         post=post, seed=draw(st.integers(0, 2**31)), policy=draw(st.sampled_from(["exact", "faithful"])),
         packed=draw(st.booleans()))
 
