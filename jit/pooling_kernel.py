@@ -35,8 +35,8 @@ argument struct; the code depends only on :class:`PoolKernelSpec` (ISA, vector w
 algorithm, source and destination types, and the window size when it is 2 or 3 wide:
 ``kw`` unrolls a window row of that width, i.e. every row away from the W borders, and
 ``kh`` (2 or 3 high as well) makes every window inside the input straight-line code;
-border windows and other sizes take the run-time loops). The kernel uses the struct's ``src``, ``oh``,
-``ih_start`` and ``rows`` fields as its own state: give each concurrent call its own struct.
+border windows and other sizes take the run-time loops). The kernel only reads the struct
+(its row state lives on the stack), so calls may share one.
 """
 from __future__ import annotations
 
@@ -46,11 +46,11 @@ from jit.dot import Path, fast_path, vector_constant, vector_register
 
 ARGS_CDEF = """
 struct i8j_pool_args {
-    void *src;            /* NHWC image of the chunk's first row (advanced by the kernel) */
+    void *src;            /* NHWC image of the chunk's first row */
     void *dst;            /* the chunk's first output pixel */
-    int64_t rows;         /* output rows (n, oh) in the chunk (counted down by the kernel) */
-    int64_t oh;           /* oh of the current row (kernel state) */
-    int64_t ih_start;     /* oh*SH - pad_t of the current row (kernel state) */
+    int64_t rows;         /* output rows (n, oh) in the chunk */
+    int64_t oh;           /* oh of the chunk's first row */
+    int64_t ih_start;     /* oh*SH - pad_t of the chunk's first row */
     int64_t OH; int64_t OW; int64_t IH; int64_t IW;
     int64_t KH; int64_t KW; int64_t SH; int64_t SW;
     int64_t pad_t; int64_t pad_l;
@@ -166,6 +166,7 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     from jit.asm import (ADD, CMOVL, CMOVNS, CMP, DEC, IMUL, INC, JE, JNE, JNZ, JZ, LABEL, LEA, MOV,
                          NEG, SUB, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10,
                          r11, r12, r13, r14)
+    from peachpy.x86_64.registers import rsp
 
     path = spec.path
     wide = spec.bits == 512
@@ -185,6 +186,14 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
 
     # ---------------------------------------------------------------- set-up
     asm.LOAD.ARGUMENT(rdi, argument)
+    # The row state (the image, oh, ih_start and the rows left) lives below the stack
+    # pointer, in the ABI's red zone (this leaf calls nothing), not in the argument
+    # struct: the struct stays as the driver wrote it, so a call needs no reset and
+    # concurrent calls may share one.
+    S = {field: [rsp - 8 * (i + 1)] for i, field in enumerate(("src", "oh", "ih_start", "rows"))}
+    for field, slot in S.items():
+        MOV(rax, A(field))
+        MOV(slot, rax)
     if spec.is_max and signed:
         MOV(rax.as_dword, 0x80808080)
         asm.VMOVD(vinit.as_xmm, rax.as_dword)
@@ -377,7 +386,7 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     # ---------------------------------------------------------------- rows and pixels
     row_loop, pixel_loop, same_image = Label(), Label(), Label()
     LABEL(row_loop)
-    MOV(rax, A("ih_start"))
+    MOV(rax, S["ih_start"])
     XOR(rcx.as_dword, rcx.as_dword)
     TEST(rax, rax)
     CMOVNS(rcx, rax)                 # h0 = max(ih_start, 0)
@@ -387,7 +396,7 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     CMOVL(r11, rax)                  # h1 = min(ih_start + KH, IH)
     SUB(r11, rcx)                    # valid window rows (>= 1, checked by the driver)
     IMUL(rcx, A("row_bytes"))
-    MOV(r12, A("src"))
+    MOV(r12, S["src"])
     ADD(r12, rcx)                    # first valid window row of this output row
     MOV(r13, A("OW"))
     MOV(r14, A("pad_l"))
@@ -436,9 +445,9 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     JNZ(pixel_loop)
 
     # next output row: oh + 1, or the next image
-    MOV(rax, A("oh"))
+    MOV(rax, S["oh"])
     INC(rax)
-    MOV(rcx, A("ih_start"))
+    MOV(rcx, S["ih_start"])
     ADD(rcx, A("SH"))
     CMP(rax, A("OH"))
     JNE(same_image)
@@ -446,11 +455,11 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     MOV(rcx, A("pad_t"))
     NEG(rcx)
     MOV(rbx, A("img_bytes"))
-    ADD(A("src"), rbx)
+    ADD(S["src"], rbx)
     LABEL(same_image)
-    MOV(A("oh"), rax)
-    MOV(A("ih_start"), rcx)
-    DEC(asm.qword[A("rows")[0]])
+    MOV(S["oh"], rax)
+    MOV(S["ih_start"], rcx)
+    DEC(asm.qword[S["rows"][0]])
     JNZ(row_loop)
     asm.RETURN()
 

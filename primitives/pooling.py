@@ -37,6 +37,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -322,29 +323,20 @@ class Pooling(Primitive):
         return chunks
 
     def _calls(self, src: np.ndarray, dst: np.ndarray):
-        """A call that pools ``src`` into ``dst``: one kernel call per thread chunk.
-
-        The kernel keeps its row state in its struct, so each call first copies the
-        chunks' set-up bytes (pointers included) back into structs of its own; the
-        structs belong to this call object, which one thread runs at a time (a replay
-        is per thread; two threads on one primitive get one each).
-        """
+        """A call that pools ``src`` into ``dst``: one kernel call per thread chunk, on
+        structs of its own (the kernel only reads them, so the call can repeat as it is)."""
         src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
-        resets, calls = [], []
+        calls = []
         for template, src_off, dst_off in self._chunks:
             s = ffi.new("struct i8j_pool_args *")
             ffi.memmove(s, template, len(template))
             s.src, s.dst = src_ptr + src_off, dst_ptr + dst_off
-            resets.append((s, bytes(ffi.buffer(s)), len(template)))
             calls.append([(self._fn, s)])
-        plan, memmove = CallPlan(calls), ffi.memmove
-        keep = (src, dst)  # the arrays the structs point at stay alive with the call
-
-        def run() -> None:
-            for s, start, size in resets:
-                memmove(s, start, size)
-            plan.run()
-        run.keep = keep
+        if len(calls) == 1:
+            run = functools.partial(self._fn, calls[0][0][1])
+        else:
+            run = functools.partial(CallPlan(calls).run)
+        run.keep = (src, dst)  # the arrays the structs point at stay alive with the call
         return run
 
 
