@@ -5,15 +5,15 @@ rows and column tiles, with the whole loop nest inside the generated code::
 
     for each column tile (nr vectors = nr*lanes columns, packed B of the whole K):
       [for each of `outer` blocks of m rows (A and C advanced by their outer strides):]
-        for each block of mr rows (then one block of the remaining 1..mr-1 rows, or
-        single rows for a remainder the spec's ``tails`` gives no block of its own):
+        for each block of mr rows (then one block of the remaining 1..mr-1 rows):
             acc[mr][nr] = 0
           [for each position p (A rows offset by pos_off[p]; B runs on):]
             for each group of 4 K values:          B tile in registers, A broadcast
                 acc[i][v] += dot(A[i, k:k+4], B[k:k+4, tile v])
-                (unrolled by ``unroll_k`` groups; with ``prefetch_next`` one line of
-                the next tile's B per group goes to L2, the line rotating per row block;
-                with ``prefetch_ahead`` the group's lines that many bytes on go to L1)
+                (unrolled by ``unroll_k`` groups, then one group at a time; with
+                ``prefetch_next`` one line of the next tile's B per group goes to L2,
+                the line rotating per row block; with ``prefetch_ahead`` the group's
+                lines that many bytes on go to L1)
             last group when K % 4 != 0:          A read as the row's last dword, shifted
             output stage (jit.output): compensation, scales, bias, post-ops, masked store
 
@@ -25,7 +25,11 @@ A' is A for u8 sources and A + 128 (bytes xor 0x80) for s8 sources. B is packed 
 ``primitives.gemm_pack`` into the layout ``[tile][k group][vector][lane][4 bytes]``
 (``widen``: ``[tile][k group][pair][vector][lane][2 s16]``), zero padded in K and N, so B
 loads never need masks. M, N, K, leading dimensions and pointers are run-time values
-in the argument struct: one kernel serves every shape.
+in the argument struct: one kernel serves every shape, unless its spec names the row
+remainders and K lengths it will see (``tails``, ``k_rest``, ``k_tail``): a primitive
+that knows its shape leaves out the tail blocks and K loops it never runs, which are
+most of the code and of its generation time (:meth:`GemmKernelSpec.check_call` holds
+each call to that).
 """
 from __future__ import annotations
 
@@ -74,10 +78,14 @@ class GemmKernelSpec:
     # Prefetch B this many bytes ahead of the K loop into L1 (0: off): with few rows a
     # tile's B is read about once, from L3, and the hardware's own prefetch falls behind.
     prefetch_ahead: int = 0
-    # Remainders (m % mr) that get a block of their own; None: all of 1..mr-1. Any other
-    # remainder runs one row at a time. A primitive that knows its row counts asks for
-    # those alone: the tail blocks are most of the code, and of its generation time.
+    # Remainders (m % mr) that get a block of their own; None: all of 1..mr-1. A call
+    # with any other remainder is refused (check_call). A primitive that knows its row
+    # counts asks for those alone: the tail blocks are most of the code.
     tails: tuple | None = None
+    # The K loop's code for K group counts that are not a multiple of unroll_k (a loop of
+    # single groups), and for K % 4 != 0 (the shifted last group); off: such calls are refused.
+    k_rest: bool = True
+    k_tail: bool = True
 
     def __post_init__(self):
         if self.unroll_k < 1:
@@ -94,6 +102,16 @@ class GemmKernelSpec:
         spare = self.path.registers - self.mr * self.nr
         if output_registers_needed(self.path, self.output, self.nr) > spare:
             raise ValueError(f"tile {self.mr}x{self.nr}: the output stage needs more than the {spare} free registers")
+
+    def check_call(self, m: int, K: int) -> None:
+        """Raise unless the kernel has the code a call of ``m`` rows and ``K`` bytes per
+        position runs (a driver's bug otherwise: rows or K left out without a word)."""
+        groups, rem = k_split(K)
+        if self.tails is not None and m % self.mr not in self.tails + (0,):
+            raise RuntimeError(f"internal: {self.name} has no block for {m} % {self.mr} rows (tails {self.tails})")
+        if (groups % self.unroll_k and not self.k_rest) or (rem and not self.k_tail):
+            raise RuntimeError(f"internal: {self.name} has no K loop for K={K} "
+                               f"(k_rest={self.k_rest}, k_tail={self.k_tail})")
 
     @property
     def tile_n(self) -> int:
@@ -126,19 +144,35 @@ class GemmKernelSpec:
         return f"{kind}_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}_{self.mr}x{self.nr}"
 
 
+def k_split(K: int) -> tuple[int, int]:
+    """K bytes as the kernel runs them: (whole groups of 4, bytes left in a last group).
+
+    >>> k_split(7), k_split(768), k_split(2)
+    ((1, 3), (192, 0), (1, 0))
+
+    K < 4 runs one whole group: its A rows and B are zero padded to 4 bytes.
+    """
+    return (K // 4, K % 4) if K >= 4 else (1, 0)
+
+
 def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = DEFAULT_MR, *,
                 positions: bool = False, outer: bool = False, unroll_k: int = 4,
-                prefetch_next: bool = False, rows: tuple | None = None) -> GemmKernelSpec:
+                prefetch_next: bool = False, rows: tuple | None = None,
+                ks: tuple | None = None) -> GemmKernelSpec:
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit.
 
     ``rows``: the row counts (m) the kernel will be called with, when known; only their
-    remainders get tail blocks (see ``GemmKernelSpec.tails``).
+    remainders get tail blocks (see ``GemmKernelSpec.tails``). ``ks``: likewise the K
+    lengths (per position), when known: the K loops those never run are left out.
     """
+    splits = [k_split(k) for k in ks] if ks is not None else [(1, 1)]
+    k_rest = any(groups % unroll_k for groups, _ in splits)
+    k_tail = any(rem for _, rem in splits)
     for height in range(mr, 0, -1):
         tails = None if rows is None else tuple(sorted({r % height for r in rows} - {0}))
         try:
             return GemmKernelSpec(path, height, nr, s8_src, output, positions, outer, unroll_k=unroll_k,
-                                  prefetch_next=prefetch_next, tails=tails)
+                                  prefetch_next=prefetch_next, tails=tails, k_rest=k_rest, k_tail=k_tail)
         except ValueError:
             continue
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
@@ -308,27 +342,30 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             SUB(r9, unroll)
             asm.JAE(k_wide)
             LABEL(k_rest)
-            ADD(r9, unroll)
-        TEST(r9, r9)
-        JZ(k_tail)
-        LABEL(k_loop)
-        k_group(rows, tail=False)
-        advance(1)
-        DEC(r9)
-        asm.JNZ(k_loop)
+        if unroll == 1 or spec.k_rest:
+            if unroll > 1:
+                ADD(r9, unroll)
+            TEST(r9, r9)
+            JZ(k_tail)
+            LABEL(k_loop)
+            k_group(rows, tail=False)
+            advance(1)
+            DEC(r9)
+            asm.JNZ(k_loop)
         LABEL(k_tail)
-        MOV(r9, [args + off["k_tail_back"]])
-        TEST(r9, r9)
-        JZ(k_done)
-        SUB(rdx, r9)
-        if rows > 3:
-            SUB(rcx, r9)
-        if rows > 6:
-            SUB(r12, r9)
-        MOV(r9, [args + off["k_tail_shift"]])
-        k_group(rows, tail=True)
-        if spec.positions:  # the next position's B follows the tail group
-            ADD(rbx, spec.b_group_bytes)
+        if spec.k_tail:
+            MOV(r9, [args + off["k_tail_back"]])
+            TEST(r9, r9)
+            JZ(k_done)
+            SUB(rdx, r9)
+            if rows > 3:
+                SUB(rcx, r9)
+            if rows > 6:
+                SUB(r12, r9)
+            MOV(r9, [args + off["k_tail_shift"]])
+            k_group(rows, tail=True)
+            if spec.positions:  # the next position's B follows the tail group
+                ADD(rbx, spec.b_group_bytes)
         LABEL(k_done)
         if spec.positions:
             MOV(rbp, [args + off["pos_cur"]])
@@ -387,18 +424,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     for rows, label in tails.items():
         CMP(m_left, rows)
         JE(label)
-    if spec.tails is not None:  # a remainder without its own block: one row at a time
-        single = Label()
-        LABEL(single)
-        CMP(m_left, 0)
-        JE(outer_next)
-        row_block(1)
-        ADD(rax, r8)
-        ADD(r10, r11)
-        ADD(r15, 4)
-        DEC(m_left)
-        JMP(single)
-    JMP(outer_next)
+    JMP(outer_next)  # no rows left (check_call refuses remainders without a block)
     for rows, label in tails.items():
         LABEL(label)
         row_block(rows)

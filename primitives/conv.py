@@ -480,7 +480,7 @@ class ConvolutionDesc(PrimitiveDesc):
         else:  # each output row is a run of row blocks
             mr, rows = conv_tile(choice.path, g)[0], (g.out[2],)
         kspec = choose_tile(choice.path, self.src_s8, output or self.output, choice.nr, mr, positions=True,
-                            outer=True, rows=rows)
+                            outer=True, rows=rows, ks=(g.runs[1],))
         if _b_tile_bytes(choice.path, g, choice.nr) > 2 * _L1_BUDGET:
             # Each row block reads the tile's B from L2 again, and Intel's L1 prefetchers
             # fall behind that stream: prefetch it ahead of the K loop. (Emerald Rapids,
@@ -871,7 +871,7 @@ class _Convolution(GemmKernels, Primitive):
                         col0 = grp * g.ocg + c0
                         for first, rows, lo, hi in classes:
                             r0 = row0 + first * OW
-                            s = new_args(packed, k_pos, lda, ldc, out, c0, c1, r0, r0 + m)
+                            s = new_args(kernel.meta["kspec"], packed, k_pos, lda, ldc, out, c0, c1, r0, r0 + m)
                             s.outer, s.a_outer_stride, s.c_outer_stride = rows, a_outer, c_outer
                             s.pos_off = ffi.cast("int64_t *", pointer_to(offsets)) + lo
                             s.pos_end = s.pos_off + (hi - lo)

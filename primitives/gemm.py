@@ -82,12 +82,14 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None)
                   "widening VPMADDWD path")
 
 
-def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, rows: tuple | None = None):
-    """The cached kernel for a decision (generated only, never executed, here); ``rows``:
-    the row counts it will run, when the caller knows them (fewer tail blocks)."""
+def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, rows: tuple | None = None,
+                ks: tuple | None = None):
+    """The cached kernel for a decision (generated only, never executed, here); ``rows``
+    and ``ks``: the row counts and K lengths it will run, when the caller knows them
+    (less code: fewer tail blocks and K loops)."""
     from jit.gemm_kernel import choose_tile
 
-    return kernel_of(choose_tile(choice.path, s8_src, output, choice.nr, rows=rows))
+    return kernel_of(choose_tile(choice.path, s8_src, output, choice.nr, rows=rows, ks=ks))
 
 
 def _rows_view(a: np.ndarray, rows: int, cols: int, ld: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jit.gemm_kernel import ARGS_CDEF, SIGNATURE
+from jit.gemm_kernel import ARGS_CDEF, SIGNATURE, k_split
 from jit.output import MAX_POST_OPS
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
@@ -76,14 +76,17 @@ def _at(array, offset_bytes=0):
     return ffi.NULL if array is None else pointer_to(array) + offset_bytes
 
 
-def new_args(packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c0: int, c1: int, r0: int, r1: int):
-    """A kernel argument struct for columns [c0, c1) and rows [r0, r1): everything but A and dst.
+def new_args(kspec, packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c0: int, c1: int, r0: int,
+             r1: int):
+    """A struct for a call of the kernel of ``kspec`` on columns [c0, c1) and rows
+    [r0, r1): everything but A and dst.
 
     ``K`` is the K of one position (a GEMM has one); the kernel's optional position
     and outer loops are off (one position at offset 0, one block of rows).
     """
+    kspec.check_call(r1 - r0, K)
     s = ffi.new("struct i8j_gemm_args *")
-    k_groups, rem = (K // 4, K % 4) if K >= 4 else (1, 0)
+    k_groups, rem = k_split(K)
     s.lda, s.ldc, s.b_tile_stride = lda, ldc_bytes, packed.tile_stride
     s.k_groups, s.k_tail_back = k_groups, (4 - rem) if rem else 0
     s.k_tail_shift = (4 - rem) * 8 if rem else 0
@@ -157,7 +160,7 @@ def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, 
     kernel = tuned_kernel(kernel, max(r1 - r0 for _, _, r0, r1 in chunks))
     structs, offsets, firsts = [], [], []
     for c0, c1, r0, r1 in chunks:
-        structs.append(new_args(packed, K, lda, ldc_bytes, out, c0, c1, r0, r1))
+        structs.append(new_args(kernel.meta["kspec"], packed, K, lda, ldc_bytes, out, c0, c1, r0, r1))
         offsets.append((r0 * lda, r0 * ldc_bytes + c0 * dst_bytes))
         firsts.append((c0, r0))
     keep = (packed, out)  # the structs hold raw addresses into these

@@ -6,6 +6,8 @@
   last tile prefetches past the end of packed B, which must not fault or matter).
 * B prefetched ahead of the K loop (fewer than 8 row blocks), past the end on the last tile.
 * Blocks of 7-9 rows (a third row base), every M around the block height.
+* Kernels made for a known M and K (only the tail blocks and K loops those run), and
+  their refusal of a call of another shape.
 * s8 A shifted to u8 once per call (4+ column tiles): rows with gaps (lda > K), a 1-D
   A, transposed A, K < 4, offsets, and the buffer reused across calls.
 """
@@ -84,25 +86,46 @@ def test_s8_few_tiles_keeps_the_in_kernel_shift(isa):
     assert not info["blocking"]["s8_a_shifted_once_per_call"]
 
 
-@pytest.mark.parametrize("isa", isa_params())
-@pytest.mark.parametrize("tails_for", [(), (2,), (1, 3)])
-def test_tail_blocks_on_request(isa, tails_for, monkeypatch):
-    """A kernel made with tail blocks for some remainders only (``rows=``, what a
-    primitive that knows its M asks for) still computes every M: the others run one
-    row at a time."""
+def _made_for(monkeypatch, rows: tuple, ks: tuple) -> list:
+    """Make every GEMM kernel as a primitive that knows its shape does (``rows=``, ``ks=``)."""
     import jit.gemm_kernel as gk
 
-    choose = gk.choose_tile
-    made = []
+    choose, made = gk.choose_tile, []
 
-    def with_tails(*args, **kwargs):
-        spec = choose(*args, **dict(kwargs, rows=tuple(6 * 7 + t for t in tails_for)))
-        made.append(spec)
-        return spec
-    monkeypatch.setattr(gk, "choose_tile", with_tails)
-    for M in (1, 2, 3, 5, 6, 7, 11, 13):
-        _run(isa, "exact", "u8", M, 40, 9, seed=M)
-    assert made and all(spec.tails is not None and len(spec.tails) <= len(tails_for) for spec in made)
+    def for_shape(*args, **kwargs):
+        made.append(choose(*args, **dict(kwargs, rows=rows, ks=ks)))
+        return made[-1]
+    monkeypatch.setattr(gk, "choose_tile", for_shape)
+    return made
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("M, K, rest, tail", [
+    (42, 32, False, False), (44, 64, False, False), (43, 19, False, True), (1, 4, True, False),
+    (5, 17, False, True), (13, 3, True, False), (7, 21, True, True),
+])
+def test_kernel_made_for_its_shape(isa, M, K, rest, tail, monkeypatch):
+    """A kernel made for the M and K a primitive knows has only the tail block of M's
+    remainder and the K loops K runs (whole unrolled iterations; a loop of single
+    groups; the shifted last group): bit for bit all the same."""
+    made = _made_for(monkeypatch, (M,), (K,))
+    _run(isa, "exact", "u8", M, 40, K, seed=M)
+    _run(isa, "faithful", "s8", M, 70, K, ao=-3, bo=2, threads=2, seed=K)
+    assert made and all((s.k_rest, s.k_tail) == (rest, tail) for s in made)
+    assert all(s.tails == tuple(sorted({M % s.mr} - {0})) for s in made)
+
+
+@pytest.mark.parametrize("isa", isa_params()[:1])
+def test_kernel_made_for_a_shape_refuses_others(isa, monkeypatch):
+    """A call the kernel has no code for (a row remainder without a tail block, K with
+    a partial unrolled iteration or a last partial group) is refused before it runs,
+    never computed with rows or K left out."""
+    _made_for(monkeypatch, (42,), (32,))  # mr 6: no tail block; 8 groups of 4: no rest, no tail
+    _run(isa, "exact", "u8", 42, 40, 32, calls=1)
+    for M, K, what in ((43, 32, "no block for 43"), (42, 33, "no K loop for K=33"),
+                       (42, 36, "no K loop for K=36")):
+        with pytest.raises(RuntimeError, match=what):
+            _run(isa, "exact", "u8", M, 40, K, calls=1)
 
 
 @pytest.mark.parametrize("isa", isa_params())
