@@ -26,7 +26,7 @@ from primitives.checks import check_choice, check_dim, check_disjoint, check_int
 from primitives.gemm_pack import PackedB, pack_b, saturation_proof
 from primitives.reference import op
 from runtime import isa as isa_mod
-from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, run
+from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, run, tuned_spec
 from runtime.threads import resolve_threads
 
 POLICIES = ("exact", "faithful")
@@ -82,14 +82,21 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None)
                   "widening VPMADDWD path")
 
 
-def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, rows: tuple | None = None,
-                ks: tuple | None = None):
-    """The cached kernel for a decision (generated only, never executed, here); ``rows``
-    and ``ks``: the row counts and K lengths it will run, when the caller knows them
-    (less code: fewer tail blocks and K loops)."""
+def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, shape: tuple | None = None):
+    """The cached kernel for a decision (generated only, never executed, here).
+
+    ``shape``: ``(M, N, K, threads)`` of the product it will run, when the caller knows
+    it: the kernel then has only the tail block and K loops that shape runs, and the B
+    prefetch it wants (``gemm_driver.tuned_spec``), so the first execution generates
+    nothing more.
+    """
     from jit.gemm_kernel import choose_tile
 
-    return kernel_of(choose_tile(choice.path, s8_src, output, choice.nr, rows=rows, ks=ks))
+    if shape is None:
+        return kernel_of(choose_tile(choice.path, s8_src, output, choice.nr))
+    M, N, K, threads = shape
+    kspec = choose_tile(choice.path, s8_src, output, choice.nr, rows=(M,), ks=(K,))
+    return kernel_of(tuned_spec(kspec, M, N, K, threads))
 
 
 def _rows_view(a: np.ndarray, rows: int, cols: int, ld: int) -> np.ndarray:
@@ -191,7 +198,8 @@ class Gemm:
         key = (choice.path, choice.nr, spec)
         kernel = self._kernels.get(key)
         if kernel is None:
-            kernel = self._kernels[key] = gemm_kernel(choice, self.a_type == "s8", spec)
+            kernel = self._kernels[key] = gemm_kernel(choice, self.a_type == "s8", spec,
+                                                      (self.M, self.N, self.K, self.threads))
         return kernel
 
     # -- execution ---------------------------------------------------------------------

@@ -122,42 +122,54 @@ def kernel_of(kspec):
 PREFETCH_AHEAD = 4096  # bytes of B ahead (few-row products; measured 4096 >= 1024, 2048 and 8192)
 
 
-def tuned_kernel(kernel, rows: int):
-    """``kernel``, or its variant that prefetches B: the next column tile into L2, or
-    the current one ahead of the K loop into L1.
+def thread_chunks(kspec, M: int, N: int, K: int, threads: int) -> list:
+    """How an ``M x N x K`` product splits between threads: (c0, c1, r0, r1) each.
+
+    Threads take ranges of column tiles, or rows in whole blocks when there are fewer
+    tiles than threads (so only the last chunk has a row remainder).
+    """
+    tile_n = kspec.tile_n
+    tiles = -(-N // tile_n)
+    threads = 1 if M * N * K < SMALL_WORK else threads
+    if tiles >= threads or M < 2 * kspec.mr:
+        return [(b * tile_n, min(N, e * tile_n), 0, M) for b, e in split(tiles, threads)]
+    return [(0, N, b, e) for b, e in split(M, threads, kspec.mr)]
+
+
+def tuned_spec(kspec, M: int, N: int, K: int, threads: int):
+    """``kspec`` with the B prefetch that suits the rows a thread runs: the next column
+    tile into L2, or the current one ahead of the K loop into L1, or neither.
 
     Measured (avx512_core_vnni, one thread): with a few dozen to a few hundred rows per
     thread, each column tile's B comes from L3 at the first row block, and fetching it
     during the previous tile's row blocks gains 4-10% (64x4096x4096); with fewer rows the
     extra stream competes with B's own (M=8: -15%), and prefetching B 4 KB ahead of the
     K loop gains 2-6% instead (M=4 N=K=4096, M=32 2048->1000); with many it only costs
-    slots.
+    slots. A primitive that knows its shape asks for this spec when it is created, so the
+    kernel it generates is the one that runs.
     """
     from dataclasses import replace
 
-    kspec = kernel.meta["kspec"]
+    rows = max(r1 - r0 for _, _, r0, r1 in thread_chunks(kspec, M, N, K, threads))
     nxt = 8 * kspec.mr <= rows <= 48 * kspec.mr
     ahead = PREFETCH_AHEAD if rows < 8 * kspec.mr else 0
-    if (nxt, ahead) == (kspec.prefetch_next, kspec.prefetch_ahead):
-        return kernel
-    return kernel_of(replace(kspec, prefetch_next=nxt, prefetch_ahead=ahead))
+    return replace(kspec, prefetch_next=nxt, prefetch_ahead=ahead)
 
 
 def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, out: OutputArgs,
               threads: int) -> Plan:
     """The per-thread structs for an ``M x N x K`` product (A rows ``lda`` bytes apart).
 
-    The kernel may be swapped for a tuned variant of it (:func:`tuned_kernel`): the
+    The kernel may be swapped for its variant with the B prefetch of this shape
+    (:func:`tuned_spec`; none where its primitive asked for that one at creation): the
     plan's ``kernel`` is the one that runs.
     """
     kspec = kernel.meta["kspec"]
     dst_bytes = kspec.output.dst_bytes
-    threads = 1 if M * N * K < SMALL_WORK else threads
-    if packed.tiles >= threads or M < 2 * kspec.mr:
-        chunks = [(b * packed.tile_n, min(N, e * packed.tile_n), 0, M) for b, e in split(packed.tiles, threads)]
-    else:
-        chunks = [(0, N, b, e) for b, e in split(M, threads, kspec.mr)]
-    kernel = tuned_kernel(kernel, max(r1 - r0 for _, _, r0, r1 in chunks))
+    tuned = tuned_spec(kspec, M, N, K, threads)
+    if tuned != kspec:
+        kernel = kernel_of(tuned)
+    chunks = thread_chunks(tuned, M, N, K, threads)
     structs, offsets, firsts = [], [], []
     for c0, c1, r0, r1 in chunks:
         structs.append(new_args(kernel.meta["kspec"], packed, K, lda, ldc_bytes, out, c0, c1, r0, r1))

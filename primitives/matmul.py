@@ -171,7 +171,7 @@ class _GemmBasedDesc(PrimitiveDesc):
         # One GEMM of all rows when one weight matrix serves the batch, else one per item;
         # threads split rows in whole blocks, so only this remainder needs a tail block.
         rows = self.M * self.batch if self.weights_batch == 1 else self.M
-        return gemm_kernel(choice, self.src_s8, output or self.output, rows=(rows,), ks=(self.K,))
+        return gemm_kernel(choice, self.src_s8, output or self.output, (rows, self.N, self.K, self.threads))
 
     def _key_extra(self):
         return (self.kind,)
