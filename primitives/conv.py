@@ -647,6 +647,8 @@ class _Convolution(GemmKernels, Primitive):
         self._filled: dict = {}  # padded-source buffer address -> the zero point its borders hold
         self._written: dict = {}  # scratchpad address -> what its per-column vectors hold
         self._held: set = set()  # kernels the plans call besides self._kernels' (the row copy)
+        if not pd._direct_src():  # a padded source: the row copy is made now, not at the first call
+            self._held.add(copy_kernel())
 
     def _scratchpad_gone(self, address: int) -> None:
         self._filled.pop(address, None)
