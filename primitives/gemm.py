@@ -82,20 +82,23 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None)
                   "widening VPMADDWD path")
 
 
-def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, shape: tuple | None = None):
+def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, shape: tuple | None = None,
+                only_this_shape: bool = True):
     """The cached kernel for a decision (generated only, never executed, here).
 
     ``shape``: ``(M, N, K, threads)`` of the product it will run, when the caller knows
-    it: the kernel then has only the tail block and K loops that shape runs, and the B
-    prefetch it wants (``gemm_driver.tuned_spec``), so the first execution generates
-    nothing more.
+    it: the kernel then has the B prefetch that shape wants (``gemm_driver.tuned_spec``),
+    so the first execution generates nothing more, and with ``only_this_shape`` only the
+    tail block and K loops that shape runs (less code; a kernel for every M % mr and K
+    kind instead of one for all).
     """
     from jit.gemm_kernel import choose_tile
 
     if shape is None:
         return kernel_of(choose_tile(choice.path, s8_src, output, choice.nr))
     M, N, K, threads = shape
-    kspec = choose_tile(choice.path, s8_src, output, choice.nr, rows=(M,), ks=(K,))
+    known = dict(rows=(M,), ks=(K,)) if only_this_shape else {}
+    kspec = choose_tile(choice.path, s8_src, output, choice.nr, **known)
     return kernel_of(tuned_spec(kspec, M, N, K, threads))
 
 
@@ -198,8 +201,11 @@ class Gemm:
         key = (choice.path, choice.nr, spec)
         kernel = self._kernels.get(key)
         if kernel is None:
+            # gemm_u8s8s32 and the like make a Gemm per call, of any shape: one kernel
+            # (per B prefetch) serves them all rather than one per M % mr and K kind.
             kernel = self._kernels[key] = gemm_kernel(choice, self.a_type == "s8", spec,
-                                                      (self.M, self.N, self.K, self.threads))
+                                                      (self.M, self.N, self.K, self.threads),
+                                                      only_this_shape=False)
         return kernel
 
     # -- execution ---------------------------------------------------------------------

@@ -129,6 +129,21 @@ def test_kernel_made_for_a_shape_refuses_others(isa, monkeypatch):
 
 
 @pytest.mark.parametrize("isa", isa_params())
+def test_gemm_kernel_serves_every_shape(isa):
+    """``gemm_u8s8s32`` makes a Gemm per call, of any shape: its kernel keeps every tail
+    block and K loop, so products of other M and K (and the same B prefetch) share it."""
+    specs = set()
+    for M, K in ((13, 17), (8, 32), (1, 3), (5, 64)):
+        rng = np.random.default_rng(M)
+        g = Gemm(M, 40, K, B=rng.integers(-64, 64, (K, 40)).astype(np.int8), isa=isa, threads=1)
+        g.execute(rng.integers(0, 256, (M, K)).astype(np.uint8), np.zeros((M, 40), np.int32))
+        specs.update(kernel.meta["kspec"] for kernel in g._kernels.values())
+    assert len(specs) == 1, specs
+    spec = specs.pop()
+    assert (spec.tails, spec.k_rest, spec.k_tail) == (None, True, True)
+
+
+@pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("mr", [7, 8, 9])
 def test_tall_tiles(isa, mr, monkeypatch):
     """Blocks of 7-9 rows (a third A/C row base, what a convolution's short output rows
