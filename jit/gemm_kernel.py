@@ -165,9 +165,9 @@ def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int =
     remainders get tail blocks (see ``GemmKernelSpec.tails``). ``ks``: likewise the K
     lengths (per position), when known: the K loops those never run are left out.
     """
-    splits = [k_split(k) for k in ks] if ks is not None else [(1, 1)]
-    k_rest = any(groups % unroll_k for groups, _ in splits)
-    k_tail = any(rem for _, rem in splits)
+    splits = [k_split(k) for k in ks or ()]
+    k_rest = ks is None or any(groups % unroll_k for groups, _ in splits)
+    k_tail = ks is None or any(rem for _, rem in splits)
     for height in range(mr, 0, -1):
         tails = None if rows is None else tuple(sorted({r % height for r in rows} - {0}))
         try:
