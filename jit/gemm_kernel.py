@@ -162,9 +162,12 @@ def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int =
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit.
 
     ``rows``: the row counts (m) the kernel will be called with, when known; only their
-    remainders get tail blocks (see ``GemmKernelSpec.tails``). ``ks``: likewise the K
+    remainders get tail blocks (see ``GemmKernelSpec.tails``), and the tile is no taller
+    than the largest. ``ks``: likewise the K
     lengths (per position), when known: the K loops those never run are left out.
     """
+    if rows:  # no block taller than the most rows a call has (an M of 1-5: one block of M)
+        mr = min(mr, max(rows))
     splits = [k_split(k) for k in ks or ()]
     k_rest = ks is None or any(groups % unroll_k for groups, _ in splits)
     k_tail = ks is None or any(rem for _, rem in splits)
