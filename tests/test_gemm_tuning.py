@@ -106,13 +106,14 @@ def _made_for(monkeypatch, rows: tuple, ks: tuple) -> list:
 ])
 def test_kernel_made_for_its_shape(isa, M, K, rest, tail, monkeypatch):
     """A kernel made for the M and K a primitive knows has only the tail block of M's
-    remainder and the K loops K runs (whole unrolled iterations; a loop of single
-    groups; the shifted last group): bit for bit all the same."""
+    remainder, no block taller than M, and the K loops K runs (whole unrolled
+    iterations; a loop of single groups; the shifted last group): bit for bit all the same."""
     made = _made_for(monkeypatch, (M,), (K,))
     _run(isa, "exact", "u8", M, 40, K, seed=M)
     _run(isa, "faithful", "s8", M, 70, K, ao=-3, bo=2, threads=2, seed=K)
     assert made and all((s.k_rest, s.k_tail) == (rest, tail) for s in made)
     assert all(s.tails == tuple(sorted({M % s.mr} - {0})) for s in made)
+    assert all(s.mr <= M for s in made)  # no block taller than M (M of 1 and 5: one block of M)
 
 
 @pytest.mark.parametrize("isa", isa_params()[:1])
