@@ -14,15 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit.dot import Path
-
-ALIGN = 64
-
-
-def aligned_empty(nbytes: int, dtype=np.uint8) -> np.ndarray:
-    """A zeroed 1-D array whose data starts on a 64-byte boundary."""
-    raw = np.zeros(nbytes + ALIGN, np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
-    return raw[start:start + nbytes].view(dtype)
+from primitives.memory import aligned_zeros
 
 
 @dataclass(frozen=True)
@@ -77,7 +69,7 @@ def pack_b(b_kn: np.ndarray, path: Path, nr: int) -> PackedB:
         # [tile][v][lane][group][4] -> [tile][group][v][lane][4]
         blocks = padded.reshape(tiles, nr, lanes, groups, 4).transpose(0, 3, 1, 2, 4)
     flat = np.ascontiguousarray(blocks).reshape(-1).view(np.uint8)
-    data = aligned_empty(flat.nbytes)
+    data = aligned_zeros(flat.nbytes)
     data[:] = flat
     colsum = np.zeros(tiles * tile_n, np.int64)
     colsum[:n] = b_kn.astype(np.int64).sum(axis=0)

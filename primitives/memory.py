@@ -43,6 +43,7 @@ Example::
 from __future__ import annotations
 
 import math
+import mmap
 from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
@@ -427,10 +428,43 @@ def aligned_zeros(shape: Sequence[int] | int, dtype: Any = np.uint8, alignment: 
         raise ValueError(f"alignment: expected a power of two, got {alignment!r}")
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= HUGE_PAGE // 2 and alignment <= HUGE_PAGE:
+        return huge_page_zeros(nbytes).view(dtype).reshape(tuple(shape))
     # Over-allocate and slice: numpy guarantees only 16-byte alignment.
     raw = np.zeros(nbytes + alignment, np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + nbytes].view(dtype).reshape(tuple(shape))
+
+
+HUGE_PAGE = 1 << 21  # x86-64's 2 MiB page
+
+
+def huge_page_zeros(nbytes: int) -> np.ndarray:
+    """``nbytes`` zeroed bytes from a 2 MiB boundary, in a mapping advised to take
+    transparent huge pages (where the kernel has them; 4 KiB pages otherwise).
+
+    Why: on 4 KiB pages, where a large buffer's lines fall in the physically indexed
+    caches is luck. The ResNet-50 fc's 2 MB of packed weights, called again and again,
+    ran 28-54 us at batch 1 on this host depending on the allocation, and 35-37 us on
+    huge pages. (Anonymous memory on Linux takes huge pages only when advised, unless
+    the system's setting is ``always``.) The array keeps its mapping alive.
+
+    >>> a = huge_page_zeros(3 << 20)
+    >>> a.ctypes.data % HUGE_PAGE, a.nbytes, int(a.max()), a.flags.writeable
+    (0, 3145728, 0, True)
+    """
+    size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+    # Anonymous private memory is zeroed; one spare huge page lets the data start on a
+    # boundary, and the untouched rest of it is never backed.
+    area = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    raw = np.frombuffer(area, np.uint8)
+    start = (-raw.ctypes.data) % HUGE_PAGE
+    if hasattr(area, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            area.madvise(mmap.MADV_HUGEPAGE, start, size)
+        except OSError:  # a kernel built without transparent huge pages
+            pass
+    return raw[start:start + nbytes]
 
 
 # ----------------------------------------------------------------------------- memory
@@ -604,5 +638,5 @@ __all__ = [
     "check_dt", "numpy_dtype", "data_type_of", "itemsize", "dt_range",
     "f32_to_bf16", "bf16_to_f32", "round_to_bf16",
     "normalize_tag", "tag_of_perm", "MemoryDesc", "desc", "packed_desc", "bytes_desc",
-    "aligned_zeros", "Memory", "as_memory",
+    "aligned_zeros", "huge_page_zeros", "Memory", "as_memory",
 ]

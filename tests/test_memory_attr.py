@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -172,6 +173,47 @@ def test_memory_allocates_aligned_zeros():
     assert p.array.dtype == np.uint8 and p.array.shape == (96,) and p.payload == "comp"
     with pytest.raises(ValueError, match="packed and has no logical view"):
         p.logical()
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.parametrize("nbytes", [(1 << 20) - 1, 1 << 20, (3 << 20) + 5])
+def test_large_buffers_start_on_huge_pages(nbytes):
+    """Buffers from 1 MiB (packed weights, scratchpads) start on a 2 MiB boundary of a
+    mapping advised to take transparent huge pages; smaller ones come from numpy."""
+    a = M.aligned_zeros(nbytes, np.uint8)
+    assert a.shape == (nbytes,) and a.ctypes.data % 64 == 0 and not a.any() and a.flags.writeable
+    huge = nbytes >= 1 << 20
+    assert a.ctypes.data % M.HUGE_PAGE == 0 or not huge
+    view = a[-8:].view(np.int64)
+    del a
+    import gc
+    gc.collect()
+    view[0] = -1  # the view keeps the mapping alive
+    assert view[0] == -1
+    if huge and os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):
+        assert "hg" in _vm_flags(view.ctypes.data)
+
+
+def test_packed_weights_start_on_a_huge_page():
+    """The fc's 2 MB of packed weights (the case that measured the placement luck)."""
+    from jit.dot import fast_path
+    from primitives.gemm_pack import pack_b
+
+    packed = pack_b(np.ones((2048, 1000), np.int8), fast_path("avx512_core_vnni"), 4)
+    assert packed.data.nbytes == 2048 * 1024 and packed.data.ctypes.data % M.HUGE_PAGE == 0
 
 
 def test_memory_bad_arrays_name_argument():
