@@ -444,18 +444,19 @@ def huge_page_zeros(nbytes: int) -> np.ndarray:
     transparent huge pages (where the kernel has them; 4 KiB pages otherwise).
 
     Why: on 4 KiB pages, where a large buffer's lines fall in the physically indexed
-    caches is luck. The ResNet-50 fc's 2 MB of packed weights, called again and again,
-    ran 28-54 us at batch 1 on this host depending on the allocation, and 35-37 us on
-    huge pages. (Anonymous memory on Linux takes huge pages only when advised, unless
-    the system's setting is ``always``.) The array keeps its mapping alive.
+    caches is luck. The ResNet-50 fc's 2 MB of packed weights, called again and again at
+    batch 1, ran 28-54 us depending on the allocation on a Xeon with a 2 MB L2, and 35-37
+    us on huge pages. (Linux gives anonymous memory huge pages only where advised, unless
+    its setting is ``always``.) The cost: a buffer of 1-2 MiB occupies a whole huge page.
+    The array keeps its mapping alive.
 
     >>> a = huge_page_zeros(3 << 20)
     >>> a.ctypes.data % HUGE_PAGE, a.nbytes, int(a.max()), a.flags.writeable
     (0, 3145728, 0, True)
     """
     size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-    # Anonymous private memory is zeroed; one spare huge page lets the data start on a
-    # boundary, and the untouched rest of it is never backed.
+    # Anonymous private memory is zeroed. One spare huge page of address space lets the
+    # data start on a boundary; what lies before the start is never touched, so never backed.
     area = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     raw = np.frombuffer(area, np.uint8)
     start = (-raw.ctypes.data) % HUGE_PAGE

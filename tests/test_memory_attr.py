@@ -1,6 +1,7 @@
 """primitives.memory and primitives.attr: descriptors, no-copy memories, bf16, masks, post-ops."""
 from __future__ import annotations
 
+import gc
 import math
 import os
 
@@ -199,7 +200,6 @@ def test_large_buffers_start_on_huge_pages(nbytes):
     assert a.ctypes.data % M.HUGE_PAGE == 0 or not huge
     view = a[-8:].view(np.int64)
     del a
-    import gc
     gc.collect()
     view[0] = -1  # the view keeps the mapping alive
     assert view[0] == -1
