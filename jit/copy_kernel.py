@@ -42,7 +42,7 @@ PIECE = 32
 def args_offsets() -> dict[str, int]:
     from runtime.ffi import declare, struct_offsets
 
-    declare(ARGS_CDEF, (SIGNATURE,))
+    declare(ARGS_CDEF, (SIGNATURE, "struct i8j_copy_args *"))
     return struct_offsets(ARGS_CDEF, "struct i8j_copy_args", FIELDS)
 
 

@@ -76,7 +76,7 @@ from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads, split
 
-declare(ARGS_CDEF)
+declare(ARGS_CDEF, ("struct i8j_dw_args *",))
 _from_buffer = ffi.from_buffer
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")

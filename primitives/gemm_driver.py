@@ -20,7 +20,7 @@ from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import split
 
-declare(ARGS_CDEF, (SIGNATURE,))
+declare(ARGS_CDEF, (SIGNATURE, "struct i8j_gemm_args *"))
 SMALL_WORK = 1 << 20  # below this many multiply-adds one thread is faster than two
 
 

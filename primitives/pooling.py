@@ -52,7 +52,7 @@ from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads, split
 
-declare(ARGS_CDEF, (SIGNATURE,))
+declare(ARGS_CDEF, (SIGNATURE, "struct i8j_pool_args *"))
 
 ALGS = ("max", "avg_include_padding", "avg_exclude_padding")
 _ALG_ALIASES = {

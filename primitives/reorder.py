@@ -65,7 +65,7 @@ from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
 
-declare(ARGS_CDEF, (SIGNATURE,))
+declare(ARGS_CDEF, (SIGNATURE, "struct i8j_reorder_args *"))
 
 INT_TYPES = tuple(INT_RANGES)  # zero points apply to these
 # (attribute name in the kernel, argument, kind) in the kernel's ATTRS order.

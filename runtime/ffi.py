@@ -26,18 +26,25 @@ _declared: set[str] = set()
 _lock = threading.Lock()
 
 
-def declare(cdef: str, signatures: tuple[str, ...] = ()) -> None:
+def declare(cdef: str, types: tuple[str, ...] = ()) -> None:
     """Declare C types once per process (re-declaring the same text is a no-op).
 
-    ``signatures``: kernel function-pointer types to parse now (at import), so that the
-    first kernel of a process does not pay pycparser (about 0.5-1 ms each) at creation.
+    ``types``: C types to parse now (at import): kernel function-pointer types, and the
+    argument structs and arrays that executions allocate. cffi parses a type string with
+    pycparser the first time it meets it (0.4-1 ms each) and keeps the result; parsed
+    here, neither a process's first creation nor its first execution pays it.
     """
     with _lock:
         if cdef not in _declared:
             ffi.cdef(cdef)
             _declared.add(cdef)
-    for signature in signatures:
-        ffi.typeof(signature)  # cffi keeps the parsed type
+    for text in types:
+        ffi.typeof(text)  # cffi keeps the parsed type
+
+
+# The plain pointer types that executions cast to (execmem, pointer_to, conv's offsets,
+# reorder's tables).
+declare("", ("void *", "char *", "uintptr_t", "int64_t *", "float *"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,7 +22,8 @@ from jit import pool_kernel as pk
 from runtime.execmem import map_pages
 from runtime.ffi import declare, ffi
 
-declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE))
+declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE, "struct i8j_slot *", "struct i8j_slot *[]",
+                  "struct i8j_job[]", "struct i8j_call[]", "void (*)(void *)"))
 # INT8JIT_SPIN_POOL=0: run the lists on runtime.threads' parked Python workers instead
 # (a lock hand-off each way; no polling, for machines with more threads than cores).
 ENABLED = os.environ.get("INT8JIT_SPIN_POOL", "1").strip() != "0"
