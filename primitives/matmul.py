@@ -107,6 +107,12 @@ def pack_weights(b_kn: np.ndarray, isa: str, policy: str) -> tuple[PackedB, Choi
 class _GemmBasedDesc(PrimitiveDesc):
     """What matmul and inner product share: attributes, output stage, weights layout."""
 
+    def _start(self, attr, isa, threads, src_md, weights_md, dst_md, bias_md) -> None:
+        """The checks both constructors begin with (each then checks its own dims)."""
+        PrimitiveDesc.__init__(self, attr, isa)
+        self.threads = resolve_threads(threads)
+        check_descs({"src": src_md, "weights": weights_md, "dst": dst_md}, {"bias": bias_md})
+
     def _setup(self, M: int, K: int, N: int, src_md, weights_md, dst_md, bias_md, weights_order,
                batch: int) -> None:
         attr = self.attr
@@ -198,9 +204,7 @@ class MatmulDesc(_GemmBasedDesc):
 
     def __init__(self, src_md: MemoryDesc, weights_md: MemoryDesc, dst_md: MemoryDesc,
                  bias_md: MemoryDesc | None = None, attr=None, isa: str | None = None, threads: int | None = None):
-        super().__init__(attr, isa)
-        self.threads = resolve_threads(threads)
-        check_descs({"src": src_md, "weights": weights_md, "dst": dst_md}, {"bias": bias_md})
+        self._start(attr, isa, threads, src_md, weights_md, dst_md, bias_md)
         nd = src_md.ndims
         if nd not in (2, 3):
             raise ValueError(f"src: expected 2 or 3 dims, got {src_md.dims}")
@@ -242,9 +246,7 @@ class InnerProductDesc(_GemmBasedDesc):
 
     def __init__(self, src_md: MemoryDesc, weights_md: MemoryDesc, dst_md: MemoryDesc,
                  bias_md: MemoryDesc | None = None, attr=None, isa: str | None = None, threads: int | None = None):
-        super().__init__(attr, isa)
-        self.threads = resolve_threads(threads)
-        check_descs({"src": src_md, "weights": weights_md, "dst": dst_md}, {"bias": bias_md})
+        self._start(attr, isa, threads, src_md, weights_md, dst_md, bias_md)
         nd = src_md.ndims
         if nd < 2:
             raise ValueError(f"src: expected N x C (x spatial) dims, got {src_md.dims}")
