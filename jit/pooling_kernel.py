@@ -286,25 +286,20 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
                 asm.VDIVPS(acc[p], acc[p], vdiv)
                 if spec.dst_dt != "f32":
                     asm.VCVTPS2DQ(acc[p], acc[p])
-        if spec.is_max:  # bytes straight from the accumulators
+        def store_each(masked_move, lane_bytes: int) -> None:  # the accumulators as they are
             for p in range(n):
                 address = rdx + p * vb
                 if masked:
-                    asm.VMOVDQU8(asm.zword[address](kmask), acc[p])
+                    masked_move(asm.zword[address](kmask), acc[p])
                 elif width is None:
                     vmov([address], acc[p])
                 else:
-                    _store_bytes(asm, address, acc[p].as_xmm, width)
+                    _store_bytes(asm, address, acc[p].as_xmm, width * lane_bytes)
+        if spec.is_max:  # bytes straight from the accumulators
+            store_each(asm.VMOVDQU8, 1)
             return
         if dsz == 4:  # s32 / f32 lanes
-            for p in range(n):
-                address = rdx + p * vb
-                if masked:
-                    asm.VMOVDQU32(asm.zword[address](kmask), acc[p])
-                elif width is None:
-                    vmov([address], acc[p])
-                else:
-                    _store_bytes(asm, address, acc[p].as_xmm, width * 4)
+            store_each(asm.VMOVDQU32, 4)
             return
         # u8 / s8 from s32 lanes: saturating packs
         if wide:
