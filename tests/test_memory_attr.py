@@ -207,6 +207,19 @@ def test_large_buffers_start_on_huge_pages(nbytes):
         assert "hg" in _vm_flags(view.ctypes.data)
 
 
+def test_huge_page_advice_refused_falls_back(monkeypatch):
+    """A kernel that refuses the advice (built without transparent huge pages: EINVAL)
+    still gets its zeroed, aligned buffer, on small pages."""
+    import mmap
+
+    monkeypatch.setattr(mmap, "MADV_HUGEPAGE", 0x7FFF)  # no such advice: madvise fails
+    a = M.huge_page_zeros(3 << 20)
+    assert a.ctypes.data % M.HUGE_PAGE == 0 and a.nbytes == 3 << 20 and not a.any()
+    a[-1] = 1
+    if os.path.exists("/proc/self/smaps"):
+        assert "hg" not in _vm_flags(a.ctypes.data)
+
+
 def test_packed_weights_start_on_a_huge_page():
     """The fc's 2 MB of packed weights (the case that measured the placement luck)."""
     from jit.dot import fast_path
