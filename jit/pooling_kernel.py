@@ -286,6 +286,7 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
                 asm.VDIVPS(acc[p], acc[p], vdiv)
                 if spec.dst_dt != "f32":
                     asm.VCVTPS2DQ(acc[p], acc[p])
+
         def store_each(masked_move, lane_bytes: int) -> None:  # the accumulators as they are
             for p in range(n):
                 address = rdx + p * vb

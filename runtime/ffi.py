@@ -43,8 +43,9 @@ def declare(cdef: str, types: tuple[str, ...] = ()) -> None:
 
 
 # The plain pointer types that executions cast to (execmem, pointer_to, conv's offsets,
-# reorder's tables).
-declare("", ("void *", "char *", "uintptr_t", "int64_t *", "float *"))
+# reorder's tables), parsed now for the same reason.
+for _text in ("void *", "char *", "uintptr_t", "int64_t *", "float *"):
+    ffi.typeof(_text)
 
 
 @functools.lru_cache(maxsize=None)
