@@ -572,3 +572,19 @@ def test_thin_gemm_matches_numpy(isa_path):
     # non-contiguous inputs are fine for the thin API (it copies)
     At = np.asfortranarray(A)
     assert np.array_equal(gemm(At, B, ao=3, bo=-2, isa=isa_path), want.astype(np.int32))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 9), st.data())
+def test_saturation_proof_counts_pairs_by_its_definition(k, n, data):
+    """The VPMADDUBSW proof against ``255 * (|w0| + |w1|) <= 32767`` in plain integers:
+    the extreme weights (-128, whose absolute value does not fit s8) and odd K (the last
+    pair has one weight) included."""
+    from primitives.gemm_pack import saturation_proof
+
+    values = st.sampled_from([-128, -127, -65, -64, -63, -1, 0, 1, 63, 64, 65, 127])
+    b = np.array(data.draw(st.lists(values, min_size=k * n, max_size=k * n)), np.int8).reshape(k, n)
+    w = [[abs(int(v)) for v in row] for row in b.tolist()] + ([[0] * n] if k % 2 else [])
+    pairs = [w[2 * j][c] + w[2 * j + 1][c] for j in range(len(w) // 2) for c in range(n)]
+    assert saturation_proof(b) == (sum(255 * p <= 32767 for p in pairs), len(pairs))
+    assert saturation_proof(np.ascontiguousarray(b.T).T) == saturation_proof(b)  # a strided view
