@@ -60,22 +60,29 @@ def pack_b(b_kn: np.ndarray, path: Path, nr: int) -> PackedB:
     tile_n = nr * lanes
     tiles = -(-n // tile_n)
     groups = -(-k // 4)
-    # A group of 4 bytes (or a pair of s16) moves as one int32: interleave the K rows
-    # into groups (four strided copies), then transpose whole groups, a quarter of the
-    # elements a byte transpose would move (a 1024 x 1024 B, the proof and column sums
-    # included: 1.8-1.9 ms instead of 7.2-8.8 with a byte transpose; widened 1.9-2.8
-    # instead of 11-11.4).
-    n_pad = tiles * tile_n
-    if path.kind == "widen":
-        # k = 4 group + 2 pair + e: [group][pair][column][e] as s16, then
-        # [tile][group][pair][v][lane], a pair two s16
+    # A group of 4 bytes (or a pair of s16) moves as one int32, so the transpose into
+    # tiles moves a quarter of the elements a byte transpose would. B given as rows of
+    # columns (an inner product's OC x K weights: b_kn a transposed view) has its groups
+    # in place; K x N rows are interleaved into groups first, by four strided copies.
+    # (A 1024 x 1024 B, the proof and column sums included: K x N 1.8-1.9 ms, widened
+    # 1.9-2.8, instead of 7.2-8.8 and 11-11.4 through a byte transpose.)
+    n_pad, widen = tiles * tile_n, path.kind == "widen"
+    if b_kn.T.flags.c_contiguous:
+        cols = np.zeros((n_pad, groups * 4), np.int16 if widen else np.int8)
+        cols[:n, :k] = b_kn.T
+        if widen:  # [tile][v][lane][group][pair] -> [tile][group][pair][v][lane], a pair two s16
+            units = cols.view(np.int32).reshape(tiles, nr, lanes, groups, 2).transpose(0, 3, 4, 1, 2)
+        else:  # [tile][v][lane][group] -> [tile][group][v][lane], a group four bytes
+            units = cols.view(np.int32).reshape(tiles, nr, lanes, groups).transpose(0, 3, 1, 2)
+    elif widen:
+        # k = 4 group + 2 pair + e: [group][pair][column][e] as s16, then as above
         rows = np.zeros((groups, 2, n_pad, 2), np.int16)
         for pair, e in ((0, 0), (0, 1), (1, 0), (1, 1)):
             part = b_kn[2 * pair + e::4]
             rows[: len(part), pair, :n, e] = part
         units = rows.view(np.int32).reshape(groups, 2, tiles, nr, lanes).transpose(2, 0, 1, 3, 4)
     else:
-        # k = 4 group + e: [group][column][e], then [tile][group][v][lane], a group four bytes
+        # k = 4 group + e: [group][column][e], then [tile][group][v][lane]
         rows = np.zeros((groups, n_pad, 4), np.int8)
         for e in range(4):
             part = b_kn[e::4]

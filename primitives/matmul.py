@@ -84,7 +84,9 @@ class WeightsLayout:
         return tiles * tile_n * (-(-k // 4) * 4) * widen + 4 * tiles * tile_n
 
     def b_kn(self, logical: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(np.transpose(logical, self.order)).reshape(self.k, self.n)
+        # A view where one exists (an inner product's OC x K rows: its transpose), which
+        # pack_b reads without a byte transpose; reshape copies only where it must.
+        return np.transpose(logical, self.order).reshape(self.k, self.n)
 
     def pack(self, src_logical: np.ndarray, dst: Memory) -> None:
         """Pack the logical s8 weights into ``dst`` and attach (PackedB, Choice) as payload."""
