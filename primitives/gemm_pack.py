@@ -64,33 +64,25 @@ def pack_b(b_kn: np.ndarray, path: Path, nr: int) -> PackedB:
     # tiles moves a quarter of the elements a byte transpose would. B given as rows of
     # columns (an inner product's OC x K weights: b_kn a transposed view) has its groups
     # in place; K x N rows are interleaved into groups first, by four strided copies.
+    # Either way the units come out as [tile][group][unit of the group][v][lane]; a
+    # group is one int32 unit (four bytes) or, widened, two (two pairs of s16).
     # (A 1024 x 1024 B, the proof and column sums included: K x N 1.8-1.9 ms, widened
     # 1.9-2.8, instead of 7.2-8.8 and 11-11.4 through a byte transpose.)
     n_pad, widen = tiles * tile_n, path.kind == "widen"
-    if b_kn.T.flags.c_contiguous:
-        cols = np.zeros((n_pad, groups * 4), np.int16 if widen else np.int8)
+    dt, per_group = (np.int16, 2) if widen else (np.int8, 1)
+    if b_kn.T.flags.c_contiguous:  # [column][k]: [tile][v][lane][group][unit]
+        cols = np.zeros((n_pad, groups * 4), dt)
         cols[:n, :k] = b_kn.T
-        if widen:  # [tile][v][lane][group][pair] -> [tile][group][pair][v][lane], a pair two s16
-            units = cols.view(np.int32).reshape(tiles, nr, lanes, groups, 2).transpose(0, 3, 4, 1, 2)
-        else:  # [tile][v][lane][group] -> [tile][group][v][lane], a group four bytes
-            units = cols.view(np.int32).reshape(tiles, nr, lanes, groups).transpose(0, 3, 1, 2)
-    elif widen:
-        # k = 4 group + 2 pair + e: [group][pair][column][e] as s16, then as above
-        rows = np.zeros((groups, 2, n_pad, 2), np.int16)
-        for pair, e in ((0, 0), (0, 1), (1, 0), (1, 1)):
-            part = b_kn[2 * pair + e::4]
-            rows[: len(part), pair, :n, e] = part
-        units = rows.view(np.int32).reshape(groups, 2, tiles, nr, lanes).transpose(2, 0, 1, 3, 4)
-    else:
-        # k = 4 group + e: [group][column][e], then [tile][group][v][lane]
-        rows = np.zeros((groups, n_pad, 4), np.int8)
+        units = cols.view(np.int32).reshape(tiles, nr, lanes, groups, per_group).transpose(0, 3, 4, 1, 2)
+    else:  # k = 4 group + e: [group][column][e], i.e. [group][tile][v][lane][unit]
+        rows = np.zeros((groups, n_pad, 4), dt)
         for e in range(4):
             part = b_kn[e::4]
             rows[: len(part), :n, e] = part
-        units = rows.view(np.int32).reshape(groups, tiles, nr, lanes).transpose(1, 0, 2, 3)
+        units = rows.view(np.int32).reshape(groups, tiles, nr, lanes, per_group).transpose(1, 0, 4, 2, 3)
     data = aligned_zeros(4 * units.size)
     data.view(np.int32).reshape(units.shape)[...] = units  # one copy, into the aligned buffer
-    colsum = np.zeros(tiles * tile_n, np.int64)
+    colsum = np.zeros(n_pad, np.int64)
     colsum[:n] = b_kn.sum(axis=0, dtype=np.int32 if k < 1 << 24 else np.int64)  # |sum| <= 128 K
     safe, total = saturation_proof(b_kn)
     return PackedB(data, n, k, tile_n, tiles, data.nbytes // tiles, colsum, safe, total)

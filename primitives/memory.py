@@ -415,6 +415,9 @@ def bytes_desc(nbytes: int) -> MemoryDesc:
 
 # ----------------------------------------------------------------------------- allocation
 
+HUGE_PAGE = 1 << 21  # x86-64's 2 MiB page
+
+
 def aligned_zeros(shape: Sequence[int] | int, dtype: Any = np.uint8, alignment: int = ALIGNMENT) -> np.ndarray:
     """A zeroed C-contiguous array whose first byte is ``alignment``-byte aligned.
 
@@ -434,9 +437,6 @@ def aligned_zeros(shape: Sequence[int] | int, dtype: Any = np.uint8, alignment: 
     raw = np.zeros(nbytes + alignment, np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + nbytes].view(dtype).reshape(tuple(shape))
-
-
-HUGE_PAGE = 1 << 21  # x86-64's 2 MiB page
 
 
 def huge_page_zeros(nbytes: int) -> np.ndarray:
