@@ -403,7 +403,8 @@ def test_tool_names_vnni_and_effective_isa(capsys):
     assert re.search(r"^AVX512_VNNI\s+yes\s+ZMM yes\s+yes", out, re.M)
     assert re.search(r"^effective ISA\s+avx512_core_vnni$", out, re.M)
     assert re.search(r"^\s+gemm_u8s8s32\s+VPDPBUSD zmm \(EVEX\)", out, re.M)
-    assert re.search(r"^\s+convolution\s+planned", out, re.M)
+    assert re.search(r"^\s+convolution\s+VPDPBUSD zmm \(EVEX\); batch-reduce GEMM", out, re.M)
+    assert re.search(r"^\s+pooling\s+a kernel of its own: VPMAXUB", out, re.M)
 
 
 def test_tool_as_subprocess(capsys):
@@ -439,8 +440,11 @@ def test_tool_json_parses(capsys):
         assert report["isa"]["effective"] == eff
         assert report["primitives"]["gemm_u8s8s32"]["kernel"] == cpu_probe.KERNEL_FAMILY[eff]
         assert "+128" in report["primitives"]["gemm_s8s8s32"]["kernel"]
-    for name in ("convolution", "pooling", "reorder"):
-        assert report["primitives"][name] == {"status": "planned", "kernel": None}
+    for name, p in report["primitives"].items():  # every primitive exists, on every usable ISA
+        assert p["status"] == "available" and (p["kernel"] is not None) == bool(isa.supported()), name
+    if isa.supported():
+        assert report["primitives"]["convolution"]["kernel"].startswith(cpu_probe.KERNEL_FAMILY[eff])
+        assert report["primitives"]["reorder"]["kernel"] == cpu_probe.PRIMITIVES["reorder"][1]
     assert "peak" not in report
 
 

@@ -32,22 +32,26 @@ PROG = "cpu-probe"
 
 # The kernel family (dot-product step) of each ladder level. Kept here, not in runtime/:
 # this is what the tool reports; jit/ owns the templates themselves.
-_WIDEN = "exact policy: VPMOVZXBW/VPMOVSXBW+VPMADDWD widening where saturation is possible"
+_WIDEN = ("exact policy, where saturation is possible: VPSHUFB-widened A, VPMADDWD+VPADDD on weights "
+          "widened to s16 when packed")
 KERNEL_FAMILY: dict[str, str] = {
     "avx512_core_vnni": "VPDPBUSD zmm (EVEX)",
     "avx2_vnni": "VPDPBUSD ymm (VEX, AVX-VNNI)",
     "avx512_core": f"VPMADDUBSW+VPMADDWD+VPADDD zmm ({_WIDEN})",
     "avx2": f"VPMADDUBSW+VPMADDWD+VPADDD ymm ({_WIDEN})",
 }
-# primitive -> (status, how it maps onto the kernel family)
+# primitive -> (kind, what): "dot" primitives run the level's dot-product family (what:
+# how they map onto it); "own" ones have a kernel of their own (what: its description).
 PRIMITIVES: dict[str, tuple[str, str]] = {
-    "gemm_u8s8s32": ("available", ""),
-    "gemm_s8s8s32": ("available", "s8 source shifted by +128 with compensation"),
-    "matmul": ("available", "batch-reduce GEMM, batch of one"),
-    "inner_product": ("available", "as matmul"),
-    "convolution": ("planned", ""),
-    "pooling": ("planned", ""),
-    "reorder": ("planned", ""),
+    "gemm_u8s8s32": ("dot", ""),
+    "gemm_s8s8s32": ("dot", "s8 source shifted by +128 with compensation"),
+    "matmul": ("dot", "batch-reduce GEMM, batch of one"),
+    "inner_product": ("dot", "as matmul"),
+    "convolution": ("dot", "batch-reduce GEMM over the kernel positions; depthwise (groups == IC == OC) "
+                           "has a kernel of its own, bytes widened to s16/s32, exact under every policy"),
+    "pooling": ("own", "a kernel of its own: VPMAXUB/VPMAXSB (max); s16 or s32 sums and an f32 division (average)"),
+    "reorder": ("own", "a kernel of its own: f32 scales and zero points, VCVTPS2DQ, saturating packs "
+                       "(transpositions in numpy)"),
 }
 _STATE_LABEL = {"ymm": "YMM", "zmm": "ZMM", "amx": "AMX"}
 
@@ -60,14 +64,14 @@ def kernel_family(isa: str) -> str:
 def primitive_kernels(isa: str | None) -> dict[str, dict[str, str | None]]:
     """Per primitive: status and the kernel it runs on ``isa`` (None: no usable ISA)."""
     out: dict[str, dict[str, str | None]] = {}
-    for name, (status, how) in PRIMITIVES.items():
-        if status != "available":
+    for name, (kind, what) in PRIMITIVES.items():
+        if isa is None:
             kernel = None
-        elif isa is None:
-            kernel = None
+        elif kind == "own":
+            kernel = what
         else:
-            kernel = kernel_family(isa) + (f"; {how}" if how else "")
-        out[name] = {"status": status, "kernel": kernel}
+            kernel = kernel_family(isa) + (f"; {what}" if what else "")
+        out[name] = {"status": "available", "kernel": kernel}
     return out
 
 
