@@ -5,6 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from tools import bench
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,3 +136,35 @@ def test_bert_chain_is_twelve_layers_of_six_linears():
     cases = groups[0][1]
     assert len(cases) == 72 and [c["N"] for c in cases[:6]] == [768, 768, 768, 768, 3072, 768]
     assert len(bp.chain_groups("conv", [{"N": 1}], args)[0][1]) == 53
+
+
+def test_conv_policy_rows_share_operands_and_faithful_equals_onednn(tmp_path):
+    """``--policy exact,faithful``: one row per policy on the same operands; a faithful row
+    computes what oneDNN computes on every path (VPMADDUBSW saturation included), so its
+    check is ``=``."""
+    import argparse
+
+    from tools import bench_primitives as bp
+    from tools import onednn
+
+    args = argparse.Namespace(layers="res2 1x1 64->64", quick=True, batch="1", policy="exact,faithful")
+    exact, faithful = bp.problems_for("conv", args)
+    assert (exact["label"], faithful["label"]) == ("res2 1x1 64->64", "res2 1x1 64->64 [faithful]")
+    assert (exact["policy"], faithful["policy"]) == ("exact", "faithful")
+    for a, b in zip(bp.conv_operands(exact), bp.conv_operands(faithful)):
+        assert np.array_equal(a, b)
+    with pytest.raises(SystemExit, match="--policy"):
+        bp.problems_for("conv", argparse.Namespace(layers=None, quick=True, batch="1", policy="fast"))
+    if not onednn.available()[0]:
+        pytest.skip("oneDNN is not installed: no check column to read")
+    md = tmp_path / "policy.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "conv", "--quick", "--min-time", "0.005", "--threads", "1",
+         "--layers", "res2 1x1 64->64", "--batch", "1", "--policy", "faithful", "--markdown", str(md)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split(" | ") for line in md.read_text().splitlines() if line.startswith("| res2 1x1")]
+    header = next(line for line in md.read_text().splitlines() if line.startswith("| problem")).split(" | ")
+    assert len(rows) == 1 and rows[0][0] == "| res2 1x1 64->64 [faithful]"
+    assert rows[0][header.index("check")].strip() == "=", rows

@@ -193,6 +193,8 @@ def pool_bytes(case) -> int:
 # ------------------------------------------------------------------ operands (both sides)
 
 def _rng(case, what):
+    # (the policy is int8jit's choice of computation, not the problem: the same operands)
+    case = {k: v for k, v in case.items() if k != "policy"}
     key = [ord(c) for c in json.dumps(case, sort_keys=True)][:64] + [what]
     return np.random.default_rng(key)
 
@@ -679,10 +681,10 @@ def _f(value, spec):
     return "n/a" if value is None else format(value, spec)
 
 
-def columns(bench: str):
+def columns(bench: str, label_width: int = 26):
     """(header, width, right-aligned, getter) of each printed column."""
     ms = lambda s: _f(None if s is None else 1e3 * s, ".3f")  # noqa: E731
-    cols = [("problem", 26, False, lambda r: r.case["label"])]
+    cols = [("problem", label_width, False, lambda r: r.case["label"])]
     if bench in ("matmul", "ip"):
         cols.append(("MxNxK", 15, False, lambda r: f"{r.case['M']}x{r.case['N']}x{r.case['K']}"))
     else:
@@ -987,18 +989,36 @@ def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
     """The chains ``--chain`` times: the selected layers in order (per batch for conv),
     or by default a network's: ResNet-50's 53 convolutions, BERT-base's 72 linears."""
     if bench == "conv":
+        runs = sorted({(c.get("policy", "exact"), c["N"]) for c in problems})
+        named = lambda p, what: what + ("" if p == "exact" else f", {p}")  # noqa: E731
         if not args.layers:
             by = {c["label"]: c for c in CONV_LAYERS}
-            return [(f"ResNet-50 convolutions, batch {n}",
-                     [dict(by[label], prim="conv", N=n) for label in RESNET50_SEQUENCE])
-                    for n in sorted({c["N"] for c in problems})]
-        batches = {n: [c for c in problems if c["N"] == n] for n in sorted({c["N"] for c in problems})}
-        return [(f"{len(cases)} layers, batch {n}", cases) for n, cases in batches.items()]
+            return [(named(p, f"ResNet-50 convolutions, batch {n}"),
+                     [with_policy(dict(by[label], prim="conv", N=n), p) for label in RESNET50_SEQUENCE])
+                    for p, n in runs]
+        groups = {(p, n): [c for c in problems if (c["policy"], c["N"]) == (p, n)] for p, n in runs}
+        return [(named(p, f"{len(cases)} layers, batch {n}"), cases) for (p, n), cases in groups.items()]
     if not args.shapes:
         by = {c["label"]: c for c in GEMM_SHAPES}
         return [(f"BERT-base linears, {t} tokens",
                  [dict(by[f"BERT-{t} {part}"], prim=bench) for part in BERT_LAYER] * 12) for t in (128, 384)]
     return [(f"{len(problems)} products", problems)]
+
+
+def conv_policies(args) -> list[str]:
+    from primitives.attr import POLICIES
+
+    policies = [p.strip() for p in (args.policy or "exact").split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad or not policies:
+        raise SystemExit(f"--policy: unknown {bad}; expected some of {', '.join(POLICIES)}")
+    return policies
+
+
+def with_policy(case: dict, policy: str) -> dict:
+    """``case`` run under int8jit's ``policy``: labelled with it unless it is exact."""
+    label = case["label"] if policy == "exact" else f"{case['label']} [{policy}]"
+    return dict(case, policy=policy, label=label)
 
 
 def _select(items, wanted, what):
@@ -1029,7 +1049,7 @@ def problems_for(bench, args) -> list[dict]:
         items = _select(CONV_LAYERS, args.layers, "layer") if args.layers else \
             [c for c in CONV_LAYERS if not args.quick or c["label"] in CONV_QUICK]
         batches = [int(b) for b in args.batch.split(",")] if args.batch else ([1] if args.quick else [1, 8])
-        return [dict(c, prim="conv", N=n) for n in batches for c in items]
+        return [with_policy(dict(c, prim="conv", N=n), p) for p in conv_policies(args) for n in batches for c in items]
     items = _select(POOL_CASES, args.layers, "case") if args.layers else \
         [c for c in POOL_CASES if not args.quick or c["label"] in POOL_QUICK]
     return [dict(c, prim="pool") for c in items]
@@ -1174,6 +1194,10 @@ def run(bench: str, argv=None) -> int:
         ap.add_argument("--layers", help="comma-separated problem names (default: the whole list)")
     if bench == "conv":
         ap.add_argument("--batch", help="comma-separated batch sizes (default 1,8; --quick: 1)")
+        ap.add_argument("--policy", help="comma-separated overflow policies of int8jit's rows (exact, faithful, "
+                                         "halve_weights; default exact). On avx2 and avx512_core oneDNN saturates: "
+                                         "faithful computes what it computes, exact widens (the weights are full "
+                                         "range); a policy other than exact is named in the row's label")
     if bench in ("conv", "matmul", "ip"):
         ap.add_argument("--chain", action="store_true",
                         help="time the layers called one after another, as a network calls them, instead of each "
@@ -1212,7 +1236,7 @@ def run(bench: str, argv=None) -> int:
         print(line)
     md = [f"`int8jit-bench {bench}`", "", *[f"- {line}" for line in head]]
     results: list[Result] = []
-    cols = columns(bench)
+    cols = columns(bench, max([26] + [len(c["label"]) for c in problems]))
     t_start = time.perf_counter()
     if getattr(args, "chain", False):
         groups = chain_groups(bench, problems, args)
