@@ -155,6 +155,10 @@ def test_conv_policy_rows_share_operands_and_faithful_equals_onednn(tmp_path):
         assert np.array_equal(a, b)
     with pytest.raises(SystemExit, match="--policy"):
         bp.problems_for("conv", argparse.Namespace(layers=None, quick=True, batch="1", policy="fast"))
+    ip_args = argparse.Namespace(shapes="8x16x32", quick=True, policy="faithful")
+    assert [c["label"] for c in bp.problems_for("ip", ip_args)] == ["8x16x32 [faithful]"]
+    with pytest.raises(SystemExit, match="--policy"):  # convolution's alone
+        bp.problems_for("ip", argparse.Namespace(shapes="8x16x32", quick=True, policy="halve_weights"))
     if not onednn.available()[0]:
         pytest.skip("oneDNN is not installed: no check column to read")
     md = tmp_path / "policy.md"

@@ -276,11 +276,13 @@ def _int8jit_gemm(case, variant, isa, threads) -> Side:
     # 100-200 ms, more than the creation it was counted in).
     w_dims, w_logical = ((N, K), np.ascontiguousarray(W.T)) if ip else ((K, N), W)
     t0 = time.perf_counter()
+    policy = case.get("policy", "exact")
     if fused:
-        attr = Attr(scales={"src": 0, "weights": 1 if ip else 2, "dst": 0}).set_post_ops(PostOps().eltwise("relu"))
+        attr = Attr(scales={"src": 0, "weights": 1 if ip else 2, "dst": 0}, policy=policy).set_post_ops(
+            PostOps().eltwise("relu"))
         bias_md = desc((N,), "f32", "a") if ip else desc((1, N), "f32", "ab")
     else:
-        attr, bias_md = None, None
+        attr, bias_md = Attr(policy=policy), None
     dst_dt = "u8" if fused else "s32"
     cls = InnerProductDesc if ip else MatmulDesc
     pd = cls(desc((M, K), "u8", "ab"), desc(w_dims, "s8", "any"), desc((M, N), dst_dt, "ab"), bias_md,
@@ -1000,19 +1002,24 @@ def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
         return [(named(p, f"{len(cases)} layers, batch {n}"), cases) for (p, n), cases in groups.items()]
     if not args.shapes:
         by = {c["label"]: c for c in GEMM_SHAPES}
-        return [(f"BERT-base linears, {t} tokens",
-                 [dict(by[f"BERT-{t} {part}"], prim=bench) for part in BERT_LAYER] * 12) for t in (128, 384)]
-    return [(f"{len(problems)} products", problems)]
+        return [(f"BERT-base linears, {t} tokens" + ("" if p == "exact" else f", {p}"),
+                 [with_policy(dict(by[f"BERT-{t} {part}"], prim=bench), p) for part in BERT_LAYER] * 12)
+                for p in policies(bench, args) for t in (128, 384)]
+    runs = sorted({c.get("policy", "exact") for c in problems})
+    return [(f"{len(cases)} products" + ("" if p == "exact" else f", {p}"), cases)
+            for p in runs for cases in [[c for c in problems if c.get("policy", "exact") == p]]]
 
 
-def conv_policies(args) -> list[str]:
+def policies(bench, args) -> list[str]:
+    """The overflow policies ``--policy`` names (default: exact alone)."""
     from primitives.attr import POLICIES
 
-    policies = [p.strip() for p in (args.policy or "exact").split(",") if p.strip()]
-    bad = [p for p in policies if p not in POLICIES]
-    if bad or not policies:
-        raise SystemExit(f"--policy: unknown {bad}; expected some of {', '.join(POLICIES)}")
-    return policies
+    known = POLICIES if bench == "conv" else tuple(p for p in POLICIES if p != "halve_weights")
+    wanted = [p.strip() for p in (getattr(args, "policy", None) or "exact").split(",") if p.strip()]
+    bad = [p for p in wanted if p not in known]
+    if bad or not wanted:
+        raise SystemExit(f"--policy: unknown {bad}; expected some of {', '.join(known)}")
+    return wanted
 
 
 def with_policy(case: dict, policy: str) -> dict:
@@ -1044,12 +1051,12 @@ def problems_for(bench, args) -> list[dict]:
                 items.append(_fc(f"{M}x{N}x{K}", M, N, K))
         else:
             items = [c for c in GEMM_SHAPES if not args.quick or c["label"] in GEMM_QUICK]
-        return [dict(c, prim=bench) for c in items]
+        return [with_policy(dict(c, prim=bench), p) for p in policies(bench, args) for c in items]
     if bench == "conv":
         items = _select(CONV_LAYERS, args.layers, "layer") if args.layers else \
             [c for c in CONV_LAYERS if not args.quick or c["label"] in CONV_QUICK]
         batches = [int(b) for b in args.batch.split(",")] if args.batch else ([1] if args.quick else [1, 8])
-        return [with_policy(dict(c, prim="conv", N=n), p) for p in conv_policies(args) for n in batches for c in items]
+        return [with_policy(dict(c, prim="conv", N=n), p) for p in policies(bench, args) for n in batches for c in items]
     items = _select(POOL_CASES, args.layers, "case") if args.layers else \
         [c for c in POOL_CASES if not args.quick or c["label"] in POOL_QUICK]
     return [dict(c, prim="pool") for c in items]
@@ -1194,10 +1201,12 @@ def run(bench: str, argv=None) -> int:
         ap.add_argument("--layers", help="comma-separated problem names (default: the whole list)")
     if bench == "conv":
         ap.add_argument("--batch", help="comma-separated batch sizes (default 1,8; --quick: 1)")
-        ap.add_argument("--policy", help="comma-separated overflow policies of int8jit's rows (exact, faithful, "
-                                         "halve_weights; default exact). On avx2 and avx512_core oneDNN saturates: "
-                                         "faithful computes what it computes, exact widens (the weights are full "
-                                         "range); a policy other than exact is named in the row's label")
+    if bench in ("conv", "matmul", "ip"):
+        ap.add_argument("--policy", help="comma-separated overflow policies of int8jit's rows (exact, faithful"
+                                         + (", halve_weights" if bench == "conv" else "") + "; default exact). On "
+                                         "avx2 and avx512_core oneDNN saturates: faithful computes what it "
+                                         "computes, exact widens (the weights are full range); a policy other "
+                                         "than exact is named in the row's label")
     if bench in ("conv", "matmul", "ip"):
         ap.add_argument("--chain", action="store_true",
                         help="time the layers called one after another, as a network calls them, instead of each "
