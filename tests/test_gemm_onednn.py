@@ -156,7 +156,8 @@ def test_exact_equals_onednn_default(isa, kind):
     cases = random_cases(rng, kind, 16, data=data)
     cases += [make_args(rng, kind, 64, 48, 200, ao=5, bo=-3, data=data),
               make_args(rng, kind, 130, 70, 1111, beta=1.0, data=data),
-              make_args(rng, kind, 33, 1, 777, bo=2, data=data), make_args(rng, kind, 1, 90, 513, transb="T", data=data)]
+              make_args(rng, kind, 33, 1, 777, bo=2, data=data),
+              make_args(rng, kind, 1, 90, 513, transb="T", data=data)]
     for args, want in zip(cases, onednn_default(kind, cases)):
         got = int8jit(kind, args, policy="exact", isa=isa)
         assert_same(window(got, args), window(want, args), f"{isa} exact {kind} M,N,K={args[3:6]} trans={args[:2]}")

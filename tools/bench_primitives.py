@@ -998,7 +998,7 @@ def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
             return [(named(p, f"ResNet-50 convolutions, batch {n}"),
                      [with_policy(dict(by[label], prim="conv", N=n), p) for label in RESNET50_SEQUENCE])
                     for p, n in runs]
-        groups = {(p, n): [c for c in problems if (c["policy"], c["N"]) == (p, n)] for p, n in runs}
+        groups = {(p, n): [c for c in problems if (c.get("policy", "exact"), c["N"]) == (p, n)] for p, n in runs}
         return [(named(p, f"{len(cases)} layers, batch {n}"), cases) for (p, n), cases in groups.items()]
     if not args.shapes:
         by = {c["label"]: c for c in GEMM_SHAPES}
@@ -1056,7 +1056,8 @@ def problems_for(bench, args) -> list[dict]:
         items = _select(CONV_LAYERS, args.layers, "layer") if args.layers else \
             [c for c in CONV_LAYERS if not args.quick or c["label"] in CONV_QUICK]
         batches = [int(b) for b in args.batch.split(",")] if args.batch else ([1] if args.quick else [1, 8])
-        return [with_policy(dict(c, prim="conv", N=n), p) for p in policies(bench, args) for n in batches for c in items]
+        return [with_policy(dict(c, prim="conv", N=n), p)
+                for p in policies(bench, args) for n in batches for c in items]
     items = _select(POOL_CASES, args.layers, "case") if args.layers else \
         [c for c in POOL_CASES if not args.quick or c["label"] in POOL_QUICK]
     return [dict(c, prim="pool") for c in items]
@@ -1207,7 +1208,6 @@ def run(bench: str, argv=None) -> int:
                                          "avx2 and avx512_core oneDNN saturates: faithful computes what it "
                                          "computes, exact widens (the weights are full range); a policy other "
                                          "than exact is named in the row's label")
-    if bench in ("conv", "matmul", "ip"):
         ap.add_argument("--chain", action="store_true",
                         help="time the layers called one after another, as a network calls them, instead of each "
                              "on its own (default: ResNet-50's 53 convolutions in order; BERT-base's 72 linears)")
