@@ -3,6 +3,7 @@
     int8jit-bench matmul                  # BERT-base, 64x4096x4096, ResNet-50 fc; 1 and 2 threads
     int8jit-bench ip --quick              # a smaller set, shorter timings
     int8jit-bench conv --batch 1 --threads 1
+    int8jit-bench conv --policy exact,faithful  # int8jit's rows under each overflow policy
     int8jit-bench pool --csv pool.csv --markdown pool.md
     python -m tools.bench_primitives matmul ...   # the same, without the int8jit-bench script
 
@@ -22,6 +23,11 @@ What runs (the issues' "Performance" lists):
   depthwise 3x3 layers, NHWC u8 in, u8 out, bias, per-channel scales, relu; oneDNN's
   weights ``any``.
 * ``pool``: max and average pooling on NHWC u8 (int8jit: ``primitives.pooling.bench_case``).
+
+``--policy`` (conv, matmul, ip) runs int8jit's rows once per overflow policy, on the same
+operands, the policy in the row's label. The weights are full range, so on ``avx2`` and
+``avx512_core`` ``exact`` takes the widening path, while ``faithful`` computes what
+oneDNN computes there (VPMADDUBSW saturation included: its check reads ``=``).
 
 How it measures. The machine is shared and its clock moves, so the two sides run
 interleaved, never one after the other. oneDNN fixes its ISA and thread count when it
