@@ -61,7 +61,7 @@ from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from primitives.gemm import Choice, decide, fast_path, tile_vectors
 from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
-from primitives.gemm_pack import pack_b
+from primitives.gemm_pack import pack_b, saturation_proof
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
 from runtime import isa as isa_mod
 from runtime.caches import data_caches
@@ -248,9 +248,9 @@ class ConvWeightsLayout:
             w = np.concatenate([w, np.zeros((g.ocg, count, -k % 4), np.int8)], axis=-1)
         return np.ascontiguousarray(w.reshape(g.ocg, -1).T)
 
-    def decide(self, policy: str, b_kn: np.ndarray | None = None) -> Choice:
+    def decide(self, policy: str, b_kn: np.ndarray | None = None, proof: tuple[int, int] | None = None) -> Choice:
         """GEMM's path decision, with the tile width this convolution's rows want."""
-        choice = decide(self.isa, policy, b_kn, self.geometry.ocg)
+        choice = decide(self.isa, policy, b_kn, self.geometry.ocg, proof)
         return replace(choice, nr=conv_tile(choice.path, self.geometry)[1])
 
     def pack_all(self, logical: np.ndarray) -> list:
@@ -261,10 +261,12 @@ class ConvWeightsLayout:
                 # oneDNN's non-VNNI convolution: weights * 0.5, rounded to nearest even;
                 # 255 * (64 + 64) <= 32767, so VPMADDUBSW can no longer saturate.
                 b = np.rint(b.astype(np.float32) * np.float32(0.5)).astype(np.int8)
-                choice = self.decide("faithful", b)
+                policy = "faithful"
             else:
-                choice = self.decide("exact" if self.policy == "halve_weights" else self.policy, b)
-            packed = pack_b(b, choice.path, choice.nr)
+                policy = "exact" if self.policy == "halve_weights" else self.policy
+            proof = saturation_proof(b)  # once, for the decision and the pack
+            choice = self.decide(policy, b, proof)
+            packed = pack_b(b, choice.path, choice.nr, proof)
             run_colsum = np.zeros((self.geometry.runs[0], packed.colsum.size), np.int64)
             run_colsum[:, :b.shape[1]] = b.astype(np.int64).reshape(run_colsum.shape[0], -1, b.shape[1]).sum(axis=1)
             out.append((replace(packed, run_colsum=run_colsum), choice))

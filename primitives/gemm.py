@@ -59,12 +59,14 @@ def tile_vectors(path: Path, n: int) -> int:
     return min(_NR[path.bits], -(-n // path.lanes))
 
 
-def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None) -> Choice:
+def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
+           proof: tuple[int, int] | None = None) -> Choice:
     """The path and tile width a GEMM with logical K x N weights ``b_kn`` takes on ``isa``.
 
     The fast path, except for policy ``exact`` on a non-VNNI level when some column pair
     of the weights can saturate VPMADDUBSW: then the widening path. Without weights
-    (``b_kn`` None, ``n`` columns) nothing is proven safe.
+    (``b_kn`` None, ``n`` columns) nothing is proven safe. ``proof``: the weights'
+    ``saturation_proof``, where the caller has it.
     """
     fast = fast_path(isa)
     n = b_kn.shape[1] if b_kn is not None else n
@@ -73,13 +75,23 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None)
         return Choice(fast, nr, "VPDPBUSD: exact u8*s8 dot products, no intermediate saturation")
     if policy == "faithful":
         return Choice(fast, nr, "faithful: VPMADDUBSW always, saturating as the hardware and oneDNN do")
-    safe, total = saturation_proof(b_kn) if b_kn is not None else (0, 0)
+    if proof is None:
+        proof = saturation_proof(b_kn) if b_kn is not None else (0, 0)
+    safe, total = proof
     if safe == total:
         return Choice(fast, nr, f"exact: all {total} column pairs proven safe (255*(|w0|+|w1|) <= 32767), "
                                 "fast VPMADDUBSW path")
     return Choice(widening_path(isa), nr,
                   f"exact: {safe} of {total} column pairs proven safe; the rest can saturate, "
                   "widening VPMADDWD path")
+
+
+def pack_weights(b_kn: np.ndarray, isa: str, policy: str) -> tuple[PackedB, Choice]:
+    """The decision for the K x N weights ``b_kn`` and the weights packed for it (the
+    saturation proof taken once, for both)."""
+    proof = saturation_proof(b_kn)
+    choice = decide(isa, policy, b_kn, proof=proof)
+    return pack_b(b_kn, choice.path, choice.nr, proof), choice
 
 
 def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, shape: tuple | None = None,
@@ -194,8 +206,7 @@ class Gemm:
                      self.N if self.transb == "N" else self.K, self.ldb)
         b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
             else B[: self.K, : self.N]
-        choice = decide(self.isa, self.policy, b_kn)
-        return pack_b(b_kn, choice.path, choice.nr), choice
+        return pack_weights(b_kn, self.isa, self.policy)
 
     def _kernel(self, choice: Choice, spec: OutputSpec):
         key = (choice.path, choice.nr, spec)

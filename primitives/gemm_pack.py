@@ -53,8 +53,11 @@ def saturation_proof(b_kn: np.ndarray) -> tuple[int, int]:
     return int(np.count_nonzero(pair <= 32767 // 255)), int(pair.size)
 
 
-def pack_b(b_kn: np.ndarray, path: Path, nr: int) -> PackedB:
-    """Pack the logical K x N s8 matrix ``b_kn`` for ``path`` with tiles of ``nr`` vectors."""
+def pack_b(b_kn: np.ndarray, path: Path, nr: int, proof: tuple[int, int] | None = None) -> PackedB:
+    """Pack the logical K x N s8 matrix ``b_kn`` for ``path`` with tiles of ``nr`` vectors.
+
+    ``proof``: ``saturation_proof(b_kn)`` where the caller has it already (it decided the
+    path with it); computed here otherwise."""
     k, n = b_kn.shape
     lanes = path.lanes
     tile_n = nr * lanes
@@ -84,5 +87,5 @@ def pack_b(b_kn: np.ndarray, path: Path, nr: int) -> PackedB:
     data.view(np.int32).reshape(units.shape)[...] = units  # one copy, into the aligned buffer
     colsum = np.zeros(n_pad, np.int64)
     colsum[:n] = b_kn.sum(axis=0, dtype=np.int32 if k < 1 << 24 else np.int64)  # |sum| <= 128 K
-    safe, total = saturation_proof(b_kn)
+    safe, total = saturation_proof(b_kn) if proof is None else proof
     return PackedB(data, n, k, tile_n, tiles, data.nbytes // tiles, colsum, safe, total)

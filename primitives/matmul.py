@@ -39,9 +39,8 @@ import numpy as np
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from primitives.gemm import Choice, decide, gemm_kernel
+from primitives.gemm import Choice, decide, gemm_kernel, pack_weights
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
-from primitives.gemm_pack import PackedB, pack_b
 from primitives.memory import Memory, MemoryDesc, packed_desc
 from primitives import verbose
 from runtime import isa as isa_mod
@@ -99,11 +98,6 @@ class WeightsLayout:
         comp = buf[size:size + 4 * packed.colsum.size].view(np.int32)
         comp[:] = packed.colsum.astype(np.int32)
         dst.payload = (dataclasses.replace(packed, data=buf[:size]), choice)
-
-
-def pack_weights(b_kn: np.ndarray, isa: str, policy: str) -> tuple[PackedB, Choice]:
-    choice = decide(isa, policy, b_kn)
-    return pack_b(b_kn, choice.path, choice.nr), choice
 
 
 class _GemmBasedDesc(PrimitiveDesc):
