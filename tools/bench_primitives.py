@@ -994,26 +994,25 @@ def chain_table(groups, isa, threads, min_time, min_rounds) -> list[str]:
 
 
 def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
-    """The chains ``--chain`` times: the selected layers in order (per batch for conv),
-    or by default a network's: ResNet-50's 53 convolutions, BERT-base's 72 linears."""
-    if bench == "conv":
-        runs = sorted({(c.get("policy", "exact"), c["N"]) for c in problems})
-        named = lambda p, what: what + ("" if p == "exact" else f", {p}")  # noqa: E731
-        if not args.layers:
-            by = {c["label"]: c for c in CONV_LAYERS}
-            return [(named(p, f"ResNet-50 convolutions, batch {n}"),
-                     [with_policy(dict(by[label], prim="conv", N=n), p) for label in RESNET50_SEQUENCE])
-                    for p, n in runs]
-        groups = {(p, n): [c for c in problems if (c.get("policy", "exact"), c["N"]) == (p, n)] for p, n in runs}
-        return [(named(p, f"{len(cases)} layers, batch {n}"), cases) for (p, n), cases in groups.items()]
-    if not args.shapes:
+    """The chains ``--chain`` times: the selected layers in order (per policy, and per
+    batch for conv), or by default a network's, per policy asked for: ResNet-50's 53
+    convolutions, BERT-base's 72 linears."""
+    named = lambda what, p: what + ("" if p == "exact" else f", {p}")  # noqa: E731
+    if bench == "conv" and not args.layers:
+        by = {c["label"]: c for c in CONV_LAYERS}
+        return [(named(f"ResNet-50 convolutions, batch {n}", p),
+                 [with_policy(dict(by[label], prim="conv", N=n), p) for label in RESNET50_SEQUENCE])
+                for p in policies(bench, args) for n in sorted({c["N"] for c in problems})]
+    if bench != "conv" and not args.shapes:
         by = {c["label"]: c for c in GEMM_SHAPES}
-        return [(f"BERT-base linears, {t} tokens" + ("" if p == "exact" else f", {p}"),
+        return [(named(f"BERT-base linears, {t} tokens", p),
                  [with_policy(dict(by[f"BERT-{t} {part}"], prim=bench), p) for part in BERT_LAYER] * 12)
                 for p in policies(bench, args) for t in (128, 384)]
-    runs = sorted({c.get("policy", "exact") for c in problems})
-    return [(f"{len(cases)} products" + ("" if p == "exact" else f", {p}"), cases)
-            for p in runs for cases in [[c for c in problems if c.get("policy", "exact") == p]]]
+    groups: dict[tuple, list] = {}
+    for c in problems:
+        groups.setdefault((c.get("policy", "exact"), c["N"] if bench == "conv" else None), []).append(c)
+    return [(named(f"{len(cases)} layers, batch {n}" if bench == "conv" else f"{len(cases)} products", p), cases)
+            for (p, n), cases in groups.items()]
 
 
 def policies(bench, args) -> list[str]:
