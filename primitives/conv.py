@@ -59,7 +59,7 @@ from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from primitives.gemm import Choice, decide, fast_path, tile_vectors
+from primitives.gemm import Choice, candidates, decide, fast_path, tile_vectors
 from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
 from primitives.gemm_pack import pack_b, saturation_proof
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
@@ -253,6 +253,12 @@ class ConvWeightsLayout:
         choice = decide(self.isa, policy, b_kn, self.geometry.ocg, proof)
         return replace(choice, nr=conv_tile(choice.path, self.geometry)[1])
 
+    def candidates(self, policy: str) -> list[Choice]:
+        """Every decision the weights can lead to (``gemm.candidates``), with this
+        convolution's tile widths; the first is the one without weights."""
+        return [replace(c, nr=conv_tile(c.path, self.geometry)[1])
+                for c in candidates(self.isa, policy, self.geometry.ocg)]
+
     def pack_all(self, logical: np.ndarray) -> list:
         out = []
         for group in range(self.geometry.groups):
@@ -393,7 +399,8 @@ class ConvolutionDesc(PrimitiveDesc):
                       zero_points_args=(SRC, DST), zero_points_masks={SRC: (0,), DST: (0, 2)}, max_sums=1)
         self.src_s8 = src_md.dt == "s8"
         self._layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
-        self.fast = self._layout.decide(attr.policy if attr.policy != "halve_weights" else "faithful")
+        choices = self._layout.candidates(attr.policy if attr.policy != "halve_weights" else "faithful")
+        self.fast = choices[0]
         self.halve = attr.policy == "halve_weights" and self.fast.path.kind != "vnni"
         plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve,
                            col_comp=column_compensation(attr, src_md.dt))
@@ -418,7 +425,8 @@ class ConvolutionDesc(PrimitiveDesc):
             self._pad_bytes = g.n * g.padded[1] * (self._strips[2] + self._strips[3]) * g.icg
         else:
             self._pad_bytes = 0 if self._direct_src() else g.n * _prod(g.padded) * G * g.icgp
-        self._kernel_for(self.fast)  # creation pays the code generation (or the disk cache) once
+        for choice in choices:  # creation pays the code generation (or the disk cache), no execution does
+            self._kernel_for(choice)
         tile_n = self.fast.nr * self.fast.path.lanes
         self._ocgp = -(-g.ocg // tile_n) * tile_n
         n_out = g.n * g.out[0] * g.out[1] * g.out[2]

@@ -65,7 +65,8 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
 
     The fast path, except for policy ``exact`` on a non-VNNI level when some column pair
     of the weights can saturate VPMADDUBSW: then the widening path. Without weights
-    (``b_kn`` None, ``n`` columns) nothing is proven safe. ``proof``: the weights'
+    (``b_kn`` None, ``n`` columns): the fast path, the decision left to the packing
+    (:func:`candidates` names every kernel it can take). ``proof``: the weights'
     ``saturation_proof``, where the caller has it.
     """
     fast = fast_path(isa)
@@ -75,8 +76,11 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
         return Choice(fast, nr, "VPDPBUSD: exact u8*s8 dot products, no intermediate saturation")
     if policy == "faithful":
         return Choice(fast, nr, "faithful: VPMADDUBSW always, saturating as the hardware and oneDNN do")
+    if b_kn is None and proof is None:
+        return Choice(fast, nr, "exact: decided when the weights are packed: VPMADDUBSW where every column "
+                                "pair is proven safe (255*(|w0|+|w1|) <= 32767), else the widening VPMADDWD path")
     if proof is None:
-        proof = saturation_proof(b_kn) if b_kn is not None else (0, 0)
+        proof = saturation_proof(b_kn)
     safe, total = proof
     if safe == total:
         return Choice(fast, nr, f"exact: all {total} column pairs proven safe (255*(|w0|+|w1|) <= 32767), "
@@ -84,6 +88,18 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
     return Choice(widening_path(isa), nr,
                   f"exact: {safe} of {total} column pairs proven safe; the rest can saturate, "
                   "widening VPMADDWD path")
+
+
+def candidates(isa: str, policy: str, n: int) -> list[Choice]:
+    """Every decision weights of ``n`` columns can lead to: the fast path, and for
+    ``exact`` on a non-VNNI level the widening one too, so that a primitive whose weights
+    are not known yet can make both kernels at creation (its first execution then
+    generates nothing, whichever the weights take)."""
+    first = decide(isa, policy, None, n)
+    if policy != "exact" or first.path.kind == "vnni":
+        return [first]
+    return [first, Choice(widening_path(isa), first.nr, "exact: some column pair can saturate VPMADDUBSW, "
+                                                         "widening VPMADDWD path")]
 
 
 def pack_weights(b_kn: np.ndarray, isa: str, policy: str) -> tuple[PackedB, Choice]:

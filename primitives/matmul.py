@@ -39,7 +39,7 @@ import numpy as np
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from primitives.gemm import Choice, decide, gemm_kernel, pack_weights
+from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
 from primitives.memory import Memory, MemoryDesc, packed_desc
 from primitives import verbose
@@ -135,9 +135,13 @@ class _GemmBasedDesc(PrimitiveDesc):
                            col_comp=column_compensation(attr, src_md.dt))
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_s8 = src_md.dt == "s8"
-        self.fast = decide(self.isa, policy, None, N)
-        # One kernel now, so creation pays code generation (or the disk cache) once.
-        self._kernel_for(self.fast)
+        # Every kernel the weights can take (exact without VNNI: VPMADDUBSW or widening),
+        # made now, so creation pays the code generation (or the disk cache) and no
+        # execution does.
+        choices = candidates(self.isa, policy, N)
+        self.fast = choices[0]
+        for choice in choices:
+            self._kernel_for(choice)
         if weights_md.is_any:
             layout = WeightsLayout(self.isa, policy, K, N, tuple(weights_order))
             weights_md = packed_desc(weights_md.dims, "s8", layout, WeightsLayout.nbytes(self.isa, K, N))

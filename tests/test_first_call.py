@@ -6,8 +6,10 @@ convolution its row copy.
 
 The benchmark's own set-ups are used (``tools.bench_primitives``): the shapes a user
 meets, on every ISA path this CPU runs, one thread (a second thread's pool is the
-process's, made once at its first parallel call). The exact policy's widening kernel,
-on paths without VNNI, is made at the first call whose weights need it.
+process's, made once at its first parallel call). The benchmark's weights are full
+range, so on paths without VNNI the exact policy runs the widening kernel: creation,
+which has not seen the weights, makes both kernels they could take. Before, the
+widening one was made at the first call (res2 3x3 on a Zen 3: 46 ms).
 
 Nor does a first execution parse C types: cffi parses a type string with pycparser the
 first time a process meets it (0.4-1 ms each), and the execution's argument structs,
@@ -69,10 +71,7 @@ def test_first_execution_generates_nothing(isa, case, monkeypatch):
     asked.clear()
     side.call()
     side.call()
-    later = set(asked) - made
-    # The one exception: on a path without VNNI the exact policy takes the widening
-    # kernel where the weights (known at the first call) could saturate VPMADDUBSW.
-    assert all(key[0] == "gemm" and key[1].path.kind == "widen" for key in later), f"generated at execution: {later}"
+    assert set(asked) <= made, f"made at execution: {set(asked) - made}"
 
 
 _FRESH_PROCESS = """
