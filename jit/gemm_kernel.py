@@ -86,6 +86,9 @@ class GemmKernelSpec:
     # single groups), and for K % 4 != 0 (the shifted last group); off: such calls are refused.
     k_rest: bool = True
     k_tail: bool = True
+    # The output stage's code for a last column tile narrower than tile_n (masked loads
+    # and stores); off: every call's column count is a multiple of tile_n.
+    n_tail: bool = True
 
     def __post_init__(self):
         if self.unroll_k < 1:
@@ -100,12 +103,15 @@ class GemmKernelSpec:
                 f"{self.path.name} has {self.path.registers}"
             )
         spare = self.path.registers - self.mr * self.nr
-        if output_registers_needed(self.path, self.output, self.nr) > spare:
+        if output_registers_needed(self.path, self.output, self.nr, self.n_tail) > spare:
             raise ValueError(f"tile {self.mr}x{self.nr}: the output stage needs more than the {spare} free registers")
 
-    def check_call(self, m: int, K: int) -> None:
-        """Raise unless the kernel has the code a call of ``m`` rows and ``K`` bytes per
-        position runs (a driver's bug otherwise: rows or K left out without a word)."""
+    def check_call(self, m: int, K: int, n: int) -> None:
+        """Raise unless the kernel has the code a call of ``m`` rows, ``K`` bytes per
+        position and ``n`` columns runs (a driver's bug otherwise: rows, K or columns left
+        out without a word)."""
+        if n % self.tile_n and not self.n_tail:
+            raise RuntimeError(f"internal: {self.name} has no partial column tile for {n} columns")
         groups, rem = k_split(K)
         if self.tails is not None and m % self.mr not in self.tails + (0,):
             raise RuntimeError(f"internal: {self.name} has no block for {m} % {self.mr} rows (tails {self.tails})")
@@ -158,24 +164,27 @@ def k_split(K: int) -> tuple[int, int]:
 def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = DEFAULT_MR, *,
                 positions: bool = False, outer: bool = False, unroll_k: int = 4,
                 prefetch_next: bool = False, rows: tuple | None = None,
-                ks: tuple | None = None) -> GemmKernelSpec:
+                ks: tuple | None = None, ns: tuple | None = None) -> GemmKernelSpec:
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit.
 
     ``rows``: the row counts (m) the kernel will be called with, when known; only their
     remainders get tail blocks (see ``GemmKernelSpec.tails``), and the tile is no taller
     than the largest. ``ks``: likewise the K
     lengths (per position), when known: the K loops those never run are left out.
+    ``ns``: the column counts, when known: none that ends inside a tile, no tail code.
     """
     if rows:  # no block taller than the most rows a call has (an M of 1-5: one block of M)
         mr = min(mr, max(rows))
     splits = [k_split(k) for k in ks or ()]
     k_rest = ks is None or any(groups % unroll_k for groups, _ in splits)
     k_tail = ks is None or any(rem for _, rem in splits)
+    n_tail = ns is None or any(n % (nr * path.lanes) for n in ns)
     for height in range(mr, 0, -1):
         tails = None if rows is None else tuple(sorted({r % height for r in rows} - {0}))
         try:
             return GemmKernelSpec(path, height, nr, s8_src, output, positions, outer, unroll_k=unroll_k,
-                                  prefetch_next=prefetch_next, tails=tails, k_rest=k_rest, k_tail=k_tail)
+                                  prefetch_next=prefetch_next, tails=tails, k_rest=k_rest, k_tail=k_tail,
+                                  n_tail=n_tail)
         except ValueError:
             continue
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
@@ -378,7 +387,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         free = [V(j) for j in range(mr * nr, path.registers)]  # all but the accumulators
         ctx = OutputContext(path=path, spec=spec.output, args=args, offsets=off, col_bytes=r14,
                             row_bytes=r15, n_left=r13, c_row=c_row, free_vectors=free,
-                            free_gprs=[rbp, rbx, r9, rdx])
+                            free_gprs=[rbp, rbx, r9, rdx], n_tail=spec.n_tail)
         emit_output(ctx, acc, rows, nr)
 
     tile_loop, tile_next = Label(), Label()

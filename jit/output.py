@@ -188,9 +188,10 @@ def _temps(spec: OutputSpec) -> int:
     return max([2] + elt)
 
 
-def output_registers_needed(path: Path, spec: OutputSpec, nr: int) -> int:
-    """Vector registers the stage takes from the kernel's free ones."""
-    masks = nr if path.bits == 256 else 0  # AVX-512 masks live in k1..k7
+def output_registers_needed(path: Path, spec: OutputSpec, nr: int, n_tail: bool = True) -> int:
+    """Vector registers the stage takes from the kernel's free ones (``n_tail``: as
+    :class:`OutputContext`'s)."""
+    masks = nr if path.bits == 256 and n_tail else 0  # AVX-512 masks live in k1..k7
     return masks + _temps(spec)
 
 
@@ -219,6 +220,10 @@ class OutputContext:
     c_row: list  # callables i -> memory address of row i of the dst block (tile column included)
     free_vectors: list  # vector registers the stage may use
     free_gprs: list  # GPRs the stage may use (at least 4)
+    # A column tile may end before its last vector does (n_left < the tile's columns):
+    # masked loads and stores. Off where every tile the kernel runs is whole: plain ones,
+    # and no tail code (half of an AVX2 u8 stage's instructions, and of its generation).
+    n_tail: bool = True
 
 
 def emit_output(ctx: OutputContext, acc, rows: int, nr: int) -> None:
@@ -238,6 +243,7 @@ class _Stage:
         self.g, self.t, self.val, self.addr = ctx.free_gprs[:4]
         self.constants: dict = {}
         self.lower_clamp = needs_lower_clamp(ctx.path, ctx.spec)
+        self.masks = None  # per column vector, where tiles can be partial (emit_masks)
 
     # -- small helpers -------------------------------------------------------------------
     def field(self, name: str, index: int = 0, size: int = 8):
@@ -262,19 +268,25 @@ class _Stage:
 
     def masked_load(self, dst, address, v) -> None:
         """32-bit lanes from memory, zero beyond the valid columns (no fault past them)."""
-        if self.wide:
+        if self.masks is None:
+            self.asm.VMOVUPS(dst, [address])
+        elif self.wide:
             self.asm.VMOVUPS(dst(self.masks[v].z), [address])
         else:
             self.asm.VMASKMOVPS(dst, self.masks[v], [address])
 
     def masked_store(self, address, src, v) -> None:
-        if self.wide:
+        if self.masks is None:
+            self.asm.VMOVUPS([address], src)
+        elif self.wide:
             self.asm.VMOVUPS(self.asm.zword[address](self.masks[v]), src)
         else:
             self.asm.VMASKMOVPS([address], self.masks[v], src)
 
     # -- masks -----------------------------------------------------------------------------
     def emit_masks(self) -> None:
+        if not self.ctx.n_tail:
+            return
         asm, nr = self.asm, self.nr
         bcast_n = self.free.pop()
         if self.wide:
@@ -416,7 +428,7 @@ class _Stage:
         if self.wide:
             import peachpy.x86_64 as px
 
-            extend(dst(self.masks[v].z), px.oword[address])
+            extend(dst if self.masks is None else dst(self.masks[v].z), px.oword[address])
         else:
             self.partial_bytes(address, v, load_into=dst)
             extend(dst, dst.as_xmm)
@@ -440,7 +452,8 @@ class _Stage:
             import peachpy.x86_64 as px
 
             # u8: in range (clamped, or known >= 0), so truncation is exact; s8: saturated
-            (asm.VPMOVDB if dt == "u8" else asm.VPMOVSDB)(px.oword[address](self.masks[v]), a)
+            out = px.oword[address] if self.masks is None else px.oword[address](self.masks[v])
+            (asm.VPMOVDB if dt == "u8" else asm.VPMOVSDB)(out, a)
             return
         # ymm: 8 s32 -> 8 bytes in the low qword of tmp (the packs saturate below the range)
         asm.VEXTRACTI128(self.tmp.as_xmm, a, 1)
@@ -458,6 +471,12 @@ class _Stage:
         asm = self.asm
         from jit.asm import Label
 
+        if self.masks is None:  # every tile whole
+            if load_into is not None:
+                asm.VMOVQ(load_into.as_xmm, asm.qword[address])
+            else:
+                asm.VMOVQ(asm.qword[address], store_from.as_xmm)
+            return
         t, val, addr = self.t, self.val, self.addr
         full, done = Label(), Label()
         asm.MOV(t, self.ctx.n_left)

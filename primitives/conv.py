@@ -490,7 +490,7 @@ class ConvolutionDesc(PrimitiveDesc):
         else:  # each output row is a run of row blocks
             mr, rows = conv_tile(choice.path, g)[0], (g.out[2],)
         kspec = choose_tile(choice.path, self.src_s8, output or self.output, choice.nr, mr, positions=True,
-                            outer=True, rows=rows, ks=(g.runs[1],))
+                            outer=True, rows=rows, ks=(g.runs[1],), ns=(g.ocg,))
         if _b_tile_bytes(choice.path, g, choice.nr) > 2 * _L1_BUDGET:
             # Each row block reads the tile's B from L2 again, and Intel's L1 prefetchers
             # fall behind that stream: prefetch it ahead of the K loop. (Emerald Rapids,

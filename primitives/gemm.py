@@ -125,7 +125,7 @@ def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, shape: tuple |
     if shape is None:
         return kernel_of(choose_tile(choice.path, s8_src, output, choice.nr))
     M, N, K, threads = shape
-    known = dict(rows=(M,), ks=(K,)) if only_this_shape else {}
+    known = dict(rows=(M,), ks=(K,), ns=(N,)) if only_this_shape else {}
     kspec = choose_tile(choice.path, s8_src, output, choice.nr, **known)
     return kernel_of(tuned_spec(kspec, M, N, K, threads))
 

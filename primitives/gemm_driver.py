@@ -84,7 +84,7 @@ def new_args(kspec, packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c
     ``K`` is the K of one position (a GEMM has one); the kernel's optional position
     and outer loops are off (one position at offset 0, one block of rows).
     """
-    kspec.check_call(r1 - r0, K)
+    kspec.check_call(r1 - r0, K, c1 - c0)
     s = ffi.new("struct i8j_gemm_args *")
     k_groups, rem = k_split(K)
     s.lda, s.ldc, s.b_tile_stride = lda, ldc_bytes, packed.tile_stride

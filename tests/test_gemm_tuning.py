@@ -7,7 +7,8 @@
 * B prefetched ahead of the K loop (fewer than 8 row blocks), past the end on the last tile.
 * Blocks of 7-9 rows (a third row base), every M around the block height.
 * Kernels made for a known M and K (only the tail blocks and K loops those run), and
-  their refusal of a call of another shape.
+  their refusal of a call of another shape; made for an N of whole column tiles (no
+  masked tail code in the output stage), and their refusal of another N.
 * s8 A shifted to u8 once per call (4+ column tiles): rows with gaps (lda > K), a 1-D
   A, transposed A, K < 4, offsets, and the buffer reused across calls.
 """
@@ -86,14 +87,15 @@ def test_s8_few_tiles_keeps_the_in_kernel_shift(isa):
     assert not info["blocking"]["s8_a_shifted_once_per_call"]
 
 
-def _made_for(monkeypatch, rows: tuple, ks: tuple) -> list:
-    """Make every GEMM kernel as a primitive that knows its shape does (``rows=``, ``ks=``)."""
+def _made_for(monkeypatch, rows: tuple, ks: tuple, ns: tuple | None = None) -> list:
+    """Make every GEMM kernel as a primitive that knows its shape does (``rows=``, ``ks=``,
+    ``ns=``)."""
     import jit.gemm_kernel as gk
 
     choose, made = gk.choose_tile, []
 
     def for_shape(*args, **kwargs):
-        made.append(choose(*args, **dict(kwargs, rows=rows, ks=ks)))
+        made.append(choose(*args, **dict(kwargs, rows=rows, ks=ks, ns=ns)))
         return made[-1]
     monkeypatch.setattr(gk, "choose_tile", for_shape)
     return made
@@ -130,6 +132,30 @@ def test_kernel_made_for_a_shape_refuses_others(isa, monkeypatch):
 
 
 @pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("N, whole", [(48, True), (96, True), (40, False), (47, False)])
+def test_kernel_made_for_whole_column_tiles(isa, N, whole, monkeypatch):
+    """A kernel made for an N of whole column tiles (48 and 96: 16-column tiles on AVX2,
+    48 and 64 on AVX-512) has no masked tail in its output stage (plain loads and stores
+    of the old C and the result), the same bits; one whose N ends inside a tile keeps it."""
+    made = _made_for(monkeypatch, (13,), (40,), (N,))
+    _run(isa, "exact", "u8", 13, N, 40, beta=1.0, seed=N)  # accumulate: C read and written
+    _run(isa, "faithful", "s8", 13, N, 40, alpha=0.5, beta=-2.0, threads=2, seed=N + 1)  # float mode
+    assert made and all(s.n_tail == (not whole) for s in made)
+    if whole:
+        assert all(N % s.tile_n == 0 for s in made)
+
+
+@pytest.mark.parametrize("isa", isa_params()[:1])
+def test_kernel_made_for_whole_tiles_refuses_a_partial_one(isa, monkeypatch):
+    """A kernel without the masked tail refuses a call whose columns end inside a tile
+    (it would write past them), before it runs."""
+    _made_for(monkeypatch, (13,), (40,), (48,))
+    _run(isa, "exact", "u8", 13, 48, 40, calls=1)
+    with pytest.raises(RuntimeError, match="no partial column tile for 40 columns"):
+        _run(isa, "exact", "u8", 13, 40, 40, calls=1)
+
+
+@pytest.mark.parametrize("isa", isa_params())
 def test_gemm_kernel_serves_every_shape(isa):
     """``gemm_u8s8s32`` makes a Gemm per call, of any shape: its kernel keeps every tail
     block and K loop, so products of other M and K (and the same B prefetch) share it."""
@@ -141,7 +167,7 @@ def test_gemm_kernel_serves_every_shape(isa):
         specs.update(kernel.meta["kspec"] for kernel in g._kernels.values())
     assert len(specs) == 1, specs
     spec = specs.pop()
-    assert (spec.tails, spec.k_rest, spec.k_tail) == (None, True, True)
+    assert (spec.tails, spec.k_rest, spec.k_tail, spec.n_tail) == (None, True, True, True)
 
 
 @pytest.mark.parametrize("isa", isa_params())

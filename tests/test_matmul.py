@@ -140,6 +140,24 @@ def test_matmul_matches_model(isa_path, p):
                                   want.view(np.int32) if want.dtype == np.float32 else want)
 
 
+@pytest.mark.parametrize("dst_dt", list(NP))
+def test_whole_column_tiles_match_model(isa_path, dst_dt):
+    """N = 48 is whole column tiles on every path: the kernel made for it has no masked
+    tail (plain loads of the old dst for the sum, of the binary operands, plain stores),
+    and computes the same as the model."""
+    from primitives.matmul import MatmulDesc as Desc
+
+    post = [("sum", 0.5, 3), ("binary", "add", "col"), ("eltwise", "relu", 0.0, 0.0), ("binary", "mul", "full")]
+    for policy, seed in (("exact", 1), ("faithful", 2)):
+        p = dict(M=7, K=37, N=48, src_dt="u8", dst_dt=dst_dt, s_src=0.5, wmask=2, bias="f32", zp_src=3, zp_dst=2,
+                 s_dst=7.5, post=post, seed=seed, policy=policy, packed=True)
+        dst, want = _run(p, isa_path)
+        np.testing.assert_array_equal(dst.view(np.int32) if dst.dtype == np.float32 else dst,
+                                      want.view(np.int32) if want.dtype == np.float32 else want)
+    pd = Desc(desc((7, 37), "u8", "ab"), desc((37, 48), "s8", "any"), desc((7, 48), dst_dt, "ab"), isa=isa_path)
+    assert pd._kernel_for(pd.fast).meta["kspec"].n_tail is False
+
+
 def test_seed_example_every_path(isa_path):
     """The seeds' saturation example: exact everywhere; faithful saturates on VPMADDUBSW."""
     src = np.array([[255, 255, 0, 0]], np.uint8)
