@@ -27,7 +27,11 @@ declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE, "struct i8j_slot 
 # INT8JIT_SPIN_POOL=0: run the lists on runtime.threads' parked Python workers instead
 # (a lock hand-off each way; no polling, for machines with more threads than cores).
 ENABLED = os.environ.get("INT8JIT_SPIN_POOL", "1").strip() != "0"
-WORKER_SPINS = 2000  # PAUSEs a worker polls after a job before sleeping (~0.1 ms on Intel)
+WORKER_SPINS = 2000  # PAUSEs a worker polls after a job before sleeping (~0.1 ms on Intel, 0.05 on Zen 3)
+# INT8JIT_POOL_SPINS overrides it (like OpenMP's KMP_BLOCKTIME / GOMP_SPINCOUNT): on a VM
+# whose host slows a vCPU that has been idle for a while, workers that poll through the
+# gaps between calls keep two-thread calls at full speed, at the cost of a busy core.
+SPINS_ENV = "INT8JIT_POOL_SPINS"
 JOIN_SPINS = 2000  # PAUSEs the caller polls for a worker before sleeping
 
 _lock = threading.Lock()
@@ -54,10 +58,25 @@ def _load() -> tuple:
     return _kernels
 
 
+def worker_spins() -> int:
+    """PAUSEs a new team's workers poll after a job: ``INT8JIT_POOL_SPINS`` or WORKER_SPINS."""
+    text = os.environ.get(SPINS_ENV, "").strip()
+    if not text:
+        return WORKER_SPINS
+    try:
+        spins = int(text)
+    except ValueError:
+        spins = 0
+    if not 1 <= spins < 2**62:
+        raise ValueError(f"{SPINS_ENV}: expected a whole number of PAUSEs from 1 (each about 25-50 ns), got {text!r}")
+    return spins
+
+
 class _Team:
     """``size`` worker threads, each looping in the machine code on its own slot."""
 
     def __init__(self, size: int):
+        spins = worker_spins()  # (checked before any thread starts)
         worker, _ = _load()
         # The slots live in a mapping that is never unmapped: at exit the interpreter
         # frees its objects while a worker may still poll its slot. (Teams are reused; a
@@ -67,7 +86,7 @@ class _Team:
         self.slots = [first + i for i in range(size)]
         self.pointers = ffi.new("struct i8j_slot *[]", self.slots)
         for slot in self.slots:
-            slot.spins = WORKER_SPINS
+            slot.spins = spins
             threading.Thread(target=worker.function, args=(slot,), name="int8jit-pool", daemon=True).start()
 
 

@@ -141,6 +141,23 @@ def test_exit_while_a_worker_polls():
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
 
 
+@pytest.mark.parametrize("value, spins", [("", pool.WORKER_SPINS), ("123456", 123456), (" 7 ", 7),
+                                          ("0", None), ("-5", None), ("lots", None)])
+def test_worker_spins_from_the_environment(monkeypatch, value, spins):
+    """INT8JIT_POOL_SPINS sets how long a new team's workers poll before they sleep; a
+    value that is not a count of at least 1 is refused, naming the variable (0 would
+    make the worker's countdown wrap and poll for ever)."""
+    monkeypatch.setenv(pool.SPINS_ENV, value)
+    if spins is None:
+        with pytest.raises(ValueError, match="INT8JIT_POOL_SPINS"):
+            pool.worker_spins()
+        return
+    assert pool.worker_spins() == spins
+    if pool.ENABLED and pool._cores() >= 2 and value:
+        team = pool._Team(1)  # a team of its own (the free ones were made before); parks for good
+        assert team.slots[0].spins == spins
+
+
 def test_kept_kernels_stay_mapped():
     """Kernel.keep(): close() leaves the code mapped and callable (the pool's kernels)."""
     from jit.copy_kernel import copy_kernel
