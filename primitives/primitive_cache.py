@@ -22,11 +22,12 @@ Example::
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any, Callable, Hashable
+
+from runtime.env import env_int
 
 ENV_CAPACITY = "INT8JIT_PRIMITIVE_CACHE_CAPACITY"
 DEFAULT_CAPACITY = 1024
@@ -40,14 +41,7 @@ def _check_capacity(name: str, value: Any) -> int:
 
 def env_capacity() -> int:
     """``INT8JIT_PRIMITIVE_CACHE_CAPACITY`` if set, else the default (1024)."""
-    raw = os.environ.get(ENV_CAPACITY, "").strip()
-    if not raw:
-        return DEFAULT_CAPACITY
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_CAPACITY}: expected a non-negative integer, got {raw!r}") from None
-    return _check_capacity(ENV_CAPACITY, value)
+    return env_int(ENV_CAPACITY, DEFAULT_CAPACITY, 0, "a non-negative integer")
 
 
 class PrimitiveCache:

@@ -19,6 +19,7 @@ import threading
 import time
 
 from jit import pool_kernel as pk
+from runtime.env import env_int
 from runtime.execmem import map_pages
 from runtime.ffi import declare, ffi
 
@@ -60,16 +61,7 @@ def _load() -> tuple:
 
 def worker_spins() -> int:
     """PAUSEs a new team's workers poll after a job: ``INT8JIT_POOL_SPINS`` or WORKER_SPINS."""
-    text = os.environ.get(SPINS_ENV, "").strip()
-    if not text:
-        return WORKER_SPINS
-    try:
-        spins = int(text)
-    except ValueError:
-        spins = 0
-    if not 1 <= spins < 2**62:
-        raise ValueError(f"{SPINS_ENV}: expected a whole number of PAUSEs from 1 (each about 25-50 ns), got {text!r}")
-    return spins
+    return env_int(SPINS_ENV, WORKER_SPINS, 1, "a whole number of PAUSEs from 1 (each about 25-50 ns)", 2**62)
 
 
 class _Team:

@@ -10,6 +10,8 @@ import os
 import threading
 from typing import Callable, Sequence
 
+from runtime.env import env_int
+
 _idle: list = []  # parked workers
 _idle_lock = threading.Lock()
 
@@ -72,14 +74,8 @@ def _take_workers(n: int) -> list:
 
 def default_threads() -> int:
     """``INT8JIT_NUM_THREADS`` if set, else the cores this process may run on."""
-    env = os.environ.get("INT8JIT_NUM_THREADS", "").strip()
-    if env:
-        try:
-            value = int(env)
-        except ValueError:
-            raise ValueError(f"INT8JIT_NUM_THREADS: expected a positive integer, got {env!r}") from None
-        if value < 1:
-            raise ValueError(f"INT8JIT_NUM_THREADS: expected a positive integer, got {value}")
+    value = env_int("INT8JIT_NUM_THREADS", 0, 1, "a positive integer")
+    if value:
         return value
     try:
         return max(1, len(os.sched_getaffinity(0)))

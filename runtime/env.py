@@ -1,0 +1,36 @@
+"""Whole-number settings from the environment (the ``INT8JIT_*`` variables): read, checked
+and refused with one message, naming the variable.
+
+Example::
+
+    >>> import os
+    >>> from runtime.env import env_int
+    >>> os.environ["INT8JIT_EXAMPLE"] = " 12 "
+    >>> env_int("INT8JIT_EXAMPLE", 3, 1, "a positive integer")
+    12
+    >>> os.environ["INT8JIT_EXAMPLE"] = "lots"
+    >>> env_int("INT8JIT_EXAMPLE", 3, 1, "a positive integer")
+    Traceback (most recent call last):
+    ValueError: INT8JIT_EXAMPLE: expected a positive integer, got 'lots'
+    >>> del os.environ["INT8JIT_EXAMPLE"]
+    >>> env_int("INT8JIT_EXAMPLE", 3, 1, "a positive integer")
+    3
+"""
+from __future__ import annotations
+
+import os
+
+
+def env_int(name: str, default: int, minimum: int, what: str, maximum: int | None = None) -> int:
+    """``name``'s value as an int in [minimum, maximum], or ``default`` where it is unset
+    or blank; anything else raises ``ValueError`` saying ``what`` was expected."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name}: expected {what}, got {raw!r}")
+    return value
