@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import Sequence
 
 PROG = "dump-asm"
@@ -178,7 +179,6 @@ def _conv(args, isa: str):
     """The layer's descriptor on ``isa`` (or, where the CPU lacks it, the kernel it would get)."""
     from primitives.attr import Attr, PostOps
     from primitives.conv import ConvolutionDesc
-    from primitives.gemm import decide
     from primitives.memory import desc
     from runtime.isa import cpu_supports, effective_isa
 
@@ -208,12 +208,16 @@ def _conv(args, isa: str):
         if run_isa != isa:
             raise UsageError(f"the depthwise kernel for {isa} is not generated here (the CPU lacks it)")
         return header, [pd._kernel(spec)]
+    # Every kernel the layer can run: under exact without VNNI the weights decide, when
+    # packed, between VPMADDUBSW (every pair proven safe) and widening; both are listed.
+    policy = "faithful" if args.policy == "halve_weights" else args.policy
     if run_isa == isa:
-        return header, [pd._kernel_for(pd.fast)]
-    choice = decide(isa, "faithful" if args.policy != "exact" else "exact", None, args.oc // g)
-    kernel = pd._kernel_for(choice)  # generated and loaded, never called
-    return [f"not executable on this CPU: the {isa} kernel, generated and disassembled only "
-            f"(path {choice.path.kind}; impl_info below is for {run_isa})"] + header, [kernel]
+        return header, [pd._kernel_for(c) for c in pd._layout.candidates(policy)]
+    choices = replace(pd._layout, isa=isa).candidates(policy)
+    kernels = [pd._kernel_for(c) for c in choices]  # generated and loaded, never called
+    paths = " and ".join(c.path.kind for c in choices)
+    return [f"not executable on this CPU: the {isa} kernels, generated and disassembled only "
+            f"(path {paths}; impl_info below is for {run_isa})"] + header, kernels
 
 
 def _pool(args, isa: str):
