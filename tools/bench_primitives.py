@@ -35,7 +35,7 @@ loads, so it runs in one child process per thread count (``ONEDNN_MAX_CPU_ISA`` 
 path's name in upper case, ``OMP_NUM_THREADS``), a small server that creates and times
 primitives on request; int8jit runs in this process. Per problem: one warm-up call per
 side, then rounds; a round times one window (about 5 ms of back-to-back calls) of every
-variant on each side (oneDNN's first; with 2+ threads a 30 ms pause follows them, until
+variant on each side (oneDNN's first; with 2+ threads a 3 ms pause follows them, until
 libgomp's idle workers stop spinning), until ``--min-time`` seconds per side (0.1; 0.03 with ``--quick``)
 and at least 5 rounds (3). A figure is the best window (the least disturbed one);
 ``noise`` is how much slower the median window was than the best (the worse side);
@@ -599,9 +599,13 @@ class Series:
         return statistics.median(self.windows) / self.best - 1.0 if self.windows else None
 
 
-# libgomp's idle workers spin (GOMP_SPINCOUNT, PAUSE loops: milliseconds) after oneDNN's
-# last call; with 2+ threads they would steal a core from int8jit's next window.
-SETTLE_S = 0.03
+# libgomp's idle workers spin (GOMP_SPINCOUNT, PAUSE loops) after oneDNN's last call; with
+# 2+ threads they would steal a core from int8jit's next window. With the count below they
+# sleep within about a millisecond. No longer: on a VM whose host slows a vCPU that has
+# idled for tens of ms (a Zen 3 here), 30 ms made int8jit's two-thread windows start on a
+# slowed vCPU (ResNet-50 rows 0.51-0.93 at up to 233% noise, against 0.89-1.03 at 5-15%
+# with 3 ms, two runs each; oneDNN's own rows no slower).
+SETTLE_S = 0.003
 # libgomp's default spin (300,000 PAUSE loops) outlasted SETTLE_S here: in interleaved
 # windows on two cores, oneDNN's and PyTorch's idle workers took a core from int8jit's
 # next window (two-thread rows at 0.3-0.7x that ran 0.9-1.3x without it). This count
