@@ -132,11 +132,12 @@ def test_kernel_made_for_a_shape_refuses_others(isa, monkeypatch):
 
 
 @pytest.mark.parametrize("isa", isa_params())
-@pytest.mark.parametrize("N, whole", [(48, True), (96, True), (40, False), (47, False)])
+@pytest.mark.parametrize("N, whole", [(48, True), (128, True), (40, False), (47, False)])
 def test_kernel_made_for_whole_column_tiles(isa, N, whole, monkeypatch):
-    """A kernel made for an N of whole column tiles (48 and 96: 16-column tiles on AVX2,
-    48 and 64 on AVX-512) has no masked tail in its output stage (plain loads and stores
-    of the old C and the result), the same bits; one whose N ends inside a tile keeps it."""
+    """A kernel made for an N of whole column tiles (48 and 128: tiles of 16 columns on
+    AVX2; of 48 and 64 on AVX-512, whose tile has min(4, N / 16) vectors) has no masked
+    tail in its output stage (plain loads and stores of the old C and the result), the
+    same bits; one whose N ends inside a tile keeps it."""
     made = _made_for(monkeypatch, (13,), (40,), (N,))
     _run(isa, "exact", "u8", 13, N, 40, beta=1.0, seed=N)  # accumulate: C read and written
     _run(isa, "faithful", "s8", 13, N, 40, alpha=0.5, beta=-2.0, threads=2, seed=N + 1)  # float mode
