@@ -399,7 +399,7 @@ class ConvolutionDesc(PrimitiveDesc):
                       zero_points_args=(SRC, DST), zero_points_masks={SRC: (0,), DST: (0, 2)}, max_sums=1)
         self.src_s8 = src_md.dt == "s8"
         self._layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
-        choices = self._layout.candidates(attr.policy if attr.policy != "halve_weights" else "faithful")
+        choices = self._choices = self._layout.candidates(attr.policy if attr.policy != "halve_weights" else "faithful")
         self.fast = choices[0]
         self.halve = attr.policy == "halve_weights" and self.fast.path.kind != "vnni"
         plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve,
@@ -510,6 +510,8 @@ class ConvolutionDesc(PrimitiveDesc):
                 "decision": ("halve_weights: weights * 0.5 and the result * 2 (inexact), fast VPMADDUBSW path"
                              if self.halve else self.fast.reason),
                 "kernel": kspec.name, "tile": (kspec.mr, kspec.nr), "geometry": self.geometry,
+                # every kernel made at creation: under exact without VNNI the packed weights pick one
+                "kernels": [self._kernel_for(c).meta["kspec"].name for c in self._choices],
                 "source": ("direct" if self._direct_src() else "direct, the edge columns from padded strips in "
                            "the scratchpad" if self._strips else "padded copy in the scratchpad")}
 

@@ -138,7 +138,7 @@ class _GemmBasedDesc(PrimitiveDesc):
         # Every kernel the weights can take (exact without VNNI: VPMADDUBSW or widening),
         # made now, so creation pays the code generation (or the disk cache) and no
         # execution does.
-        choices = candidates(self.isa, policy, N)
+        choices = self._choices = candidates(self.isa, policy, N)
         self.fast = choices[0]
         for choice in choices:
             self._kernel_for(choice)
@@ -187,7 +187,7 @@ class _GemmBasedDesc(PrimitiveDesc):
         return {"kind": self.kind, "impl": f"gemm:{kspec.path.isa}:{kspec.path.kind}", "isa": self.isa,
                 "policy": self.attr.policy, "decision": self.fast.reason, "kernel": kspec.name,
                 "tile": (kspec.mr, kspec.nr), "shape": (self.batch, self.M, self.N, self.K),
-                "output": self.output}
+                "output": self.output, "kernels": [self._kernel_for(c).meta["kspec"].name for c in self._choices]}
 
     def _create_primitive(self):
         return _GemmBasedPrimitive(self)

@@ -101,3 +101,25 @@ def test_first_execution_parses_no_c_type():
     assert proc.returncode == 0, proc.stderr[-2000:]
     parsed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert parsed == {case["label"]: [] for case in CASES}
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("policy", ["exact", "faithful"])
+def test_impl_info_names_every_kernel_made(isa, policy):
+    """impl_info()["kernels"] names what creation made: under exact on a path without VNNI
+    the VPMADDUBSW and the widening kernel (the packed weights pick one), else one."""
+    from primitives.attr import Attr
+    from primitives.conv import ConvolutionDesc
+    from primitives.matmul import MatmulDesc
+    from primitives.memory import desc
+
+    conv = ConvolutionDesc(desc((1, 16, 9, 9), "u8", "nhwc"), desc((32, 16, 3, 3), "s8", "any"),
+                           desc((1, 32, 9, 9), "u8", "nhwc"), padding_l=(1, 1), padding_r=(1, 1),
+                           attr=Attr(policy=policy), isa=isa)
+    matmul = MatmulDesc(desc((8, 64), "u8", "ab"), desc((64, 32), "s8", "any"), desc((8, 32), "s32", "ab"),
+                        attr=Attr(policy=policy), isa=isa)
+    both = policy == "exact" and not isa.endswith("vnni")
+    for pd in (conv, matmul):
+        kinds = [name.split("_")[-2] for name in pd.impl_info()["kernels"]]
+        assert kinds == (["maddubsw", "widen"] if both else [pd.fast.path.kind]), kinds
+        assert pd.impl_info()["kernel"] == pd.impl_info()["kernels"][0]
