@@ -253,9 +253,11 @@ class ConvWeightsLayout:
         choice = decide(self.isa, policy, b_kn, self.geometry.ocg, proof)
         return replace(choice, nr=conv_tile(choice.path, self.geometry)[1])
 
-    def candidates(self, policy: str) -> list[Choice]:
-        """Every decision the weights can lead to (``gemm.candidates``), with this
+    def candidates(self) -> list[Choice]:
+        """Every decision the weights can lead to under this layout's policy
+        (``gemm.candidates``; halve_weights packs for the fast path), with this
         convolution's tile widths; the first is the one without weights."""
+        policy = "faithful" if self.policy == "halve_weights" else self.policy
         return [replace(c, nr=conv_tile(c.path, self.geometry)[1])
                 for c in candidates(self.isa, policy, self.geometry.ocg)]
 
@@ -399,7 +401,7 @@ class ConvolutionDesc(PrimitiveDesc):
                       zero_points_args=(SRC, DST), zero_points_masks={SRC: (0,), DST: (0, 2)}, max_sums=1)
         self.src_s8 = src_md.dt == "s8"
         self._layout = ConvWeightsLayout(self.isa, attr.policy, self.geometry, grouped)
-        choices = self._choices = self._layout.candidates(attr.policy if attr.policy != "halve_weights" else "faithful")
+        choices = self._choices = self._layout.candidates()
         self.fast = choices[0]
         self.halve = attr.policy == "halve_weights" and self.fast.path.kind != "vnni"
         plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve,

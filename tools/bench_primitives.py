@@ -601,8 +601,8 @@ class Series:
 
 # libgomp's idle workers spin (GOMP_SPINCOUNT, PAUSE loops) after oneDNN's last call; with
 # 2+ threads they would steal a core from int8jit's next window. With the count below they
-# sleep within about a millisecond. No longer: on a VM whose host slows a vCPU that has
-# idled for tens of ms (a Zen 3 here), 30 ms made int8jit's two-thread windows start on a
+# sleep within about a millisecond, so the pause is kept that short: on a VM whose host
+# slows a vCPU that has idled for tens of ms (a Zen 3 here), 30 ms made int8jit's two-thread windows start on a
 # slowed vCPU (ResNet-50 rows 0.51-0.93 at up to 233% noise, against 0.89-1.03 at 5-15%
 # with 3 ms, two runs each; oneDNN's own rows no slower).
 SETTLE_S = 0.003

@@ -210,11 +210,10 @@ def _conv(args, isa: str):
         return header, [pd._kernel(spec)]
     # Every kernel the layer can run: under exact without VNNI the weights decide, when
     # packed, between VPMADDUBSW (every pair proven safe) and widening; both are listed.
-    policy = "faithful" if args.policy == "halve_weights" else args.policy
+    choices = replace(pd._layout, isa=isa).candidates()
+    kernels = [pd._kernel_for(c) for c in choices]  # (where the CPU lacks isa: generated, never called)
     if run_isa == isa:
-        return header, [pd._kernel_for(c) for c in pd._layout.candidates(policy)]
-    choices = replace(pd._layout, isa=isa).candidates(policy)
-    kernels = [pd._kernel_for(c) for c in choices]  # generated and loaded, never called
+        return header, kernels
     paths = " and ".join(c.path.kind for c in choices)
     return [f"not executable on this CPU: the {isa} kernels, generated and disassembled only "
             f"(path {paths}; impl_info below is for {run_isa})"] + header, kernels
