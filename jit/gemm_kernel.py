@@ -131,23 +131,30 @@ class GemmKernelSpec:
     def b_group_bytes(self) -> int:
         return self.b_vectors_per_group * self.path.vector_bytes
 
-    def _extra_registers(self) -> int:
-        kind = self.path.kind
-        extra = 1 + (1 if self.s8_src else 0)  # A broadcast, xor 0x80
-        if kind == "maddubsw":
-            extra += 2  # s16 ones, product temporary
-        elif kind == "widen":
-            extra += 2  # (a0, a1) pair register, product temporary
-        return extra
-
     def vector_registers_needed(self) -> int:
-        return self.mr * self.nr + self.b_vectors_per_group + self._extra_registers()
+        return loop_registers(self.path, self.mr, self.nr, self.s8_src)
 
     @property
     def name(self) -> str:
         src = "s8" if self.s8_src else "u8"
         kind = "brgemm" if self.positions else "gemm"
         return f"{kind}_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}_{self.mr}x{self.nr}"
+
+
+def loop_registers(path: Path, mr: int, nr: int, s8_src: bool = False) -> int:
+    """Vector registers the K loop of an ``mr`` x ``nr`` tile holds: the accumulators, a
+    K group of B, the A broadcast, the xor 0x80 of an s8 source, and the path's helpers
+    (VPMADDUBSW: the s16 ones and a product; widening: the second A pair and a product)."""
+    b_vectors = nr * (2 if path.kind == "widen" else 1)
+    helpers = 2 if path.kind in ("maddubsw", "widen") else 0
+    return mr * nr + b_vectors + 1 + (1 if s8_src else 0) + helpers
+
+
+def tallest_tile(path: Path, nr: int, s8_src: bool = False) -> int:
+    """The most rows (at most MAX_MR) whose K loop fits the registers with ``nr`` vectors
+    (choose_tile may take fewer: the output stage needs its own)."""
+    return max((mr for mr in range(1, MAX_MR + 1) if loop_registers(path, mr, nr, s8_src) <= path.registers),
+               default=0)
 
 
 def k_split(K: int) -> tuple[int, int]:

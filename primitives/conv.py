@@ -54,7 +54,7 @@ import numpy as np
 
 from jit.copy_kernel import copy_kernel
 from jit.dot import Path
-from jit.gemm_kernel import DEFAULT_MR, MAX_MR, choose_tile
+from jit.gemm_kernel import DEFAULT_MR, MAX_MR, choose_tile, loop_registers, tallest_tile
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
@@ -248,18 +248,25 @@ class ConvWeightsLayout:
             w = np.concatenate([w, np.zeros((g.ocg, count, -k % 4), np.int8)], axis=-1)
         return np.ascontiguousarray(w.reshape(g.ocg, -1).T)
 
+    def tile_vectors(self) -> int:
+        """The column tile width, in vectors, of every kernel this layout can take: the
+        fast path's that conv_tile picks for these rows. One width for all, as the
+        compensation, the padded columns and the threads' column splits assume (a
+        widening kernel narrower than the fast path's broke them)."""
+        return conv_tile(fast_path(self.isa), self.geometry)[1]
+
     def decide(self, policy: str, b_kn: np.ndarray | None = None, proof: tuple[int, int] | None = None) -> Choice:
         """GEMM's path decision, with the tile width this convolution's rows want."""
         choice = decide(self.isa, policy, b_kn, self.geometry.ocg, proof)
-        return replace(choice, nr=conv_tile(choice.path, self.geometry)[1])
+        return replace(choice, nr=self.tile_vectors())
 
     def candidates(self) -> list[Choice]:
         """Every decision the weights can lead to under this layout's policy
         (``gemm.candidates``; halve_weights packs for the fast path), with this
-        convolution's tile widths; the first is the one without weights."""
+        convolution's tile width; the first is the one without weights."""
         policy = "faithful" if self.policy == "halve_weights" else self.policy
-        return [replace(c, nr=conv_tile(c.path, self.geometry)[1])
-                for c in candidates(self.isa, policy, self.geometry.ocg)]
+        nr = self.tile_vectors()
+        return [replace(c, nr=nr) for c in candidates(self.isa, policy, self.geometry.ocg)]
 
     def pack_all(self, logical: np.ndarray) -> list:
         out = []
@@ -487,10 +494,10 @@ class ConvolutionDesc(PrimitiveDesc):
             mr = flat_tile_rows(choice.path, g, choice.nr, rows)
         elif self._strips:  # the columns inside, a row at a time; each edge column down its rows
             left, right = self._strips[:2]
-            mr = conv_tile(choice.path, g)[0]
+            mr = conv_tile(choice.path, g, choice.nr)[0]
             rows = (g.out[2] - left - right,) + (tuple(e - b for b, e in self._row_splits()) if left + right else ())
         else:  # each output row is a run of row blocks
-            mr, rows = conv_tile(choice.path, g)[0], (g.out[2],)
+            mr, rows = conv_tile(choice.path, g, choice.nr)[0], (g.out[2],)
         kspec = choose_tile(choice.path, self.src_s8, output or self.output, choice.nr, mr, positions=True,
                             outer=True, rows=rows, ks=(g.runs[1],), ns=(g.ocg,))
         if _b_tile_bytes(choice.path, g, choice.nr) > 2 * _L1_BUDGET:
@@ -550,9 +557,9 @@ def _rows_cycles(path: Path, g: Geometry, width: int, r: int, n: int) -> float:
     return full * _block_cycles(path, g, r, n) + (_block_cycles(path, g, rest, n) if rest else 0.0)
 
 
-def conv_tile(path: Path, g: Geometry) -> tuple:
+def conv_tile(path: Path, g: Geometry, nr: int | None = None) -> tuple:
     """The register block (rows, vectors) for ``g``'s output rows on ``path``: at most
-    GEMM's ``tile_vectors``.
+    GEMM's ``tile_vectors`` (exactly ``nr`` vectors, where given).
 
     Each output row runs as blocks of ``mr`` rows and one block of the rest, over
     ceil(ocg / (nr * lanes)) column tiles. Model (Intel AVX-512 cores: two dot products
@@ -564,17 +571,22 @@ def conv_tile(path: Path, g: Geometry) -> tuple:
     rows of 4x4, +4-9% (B streams from L2 at each block); 14 wide: 5+5+4 rows of 4x4;
     56: 6 x 9 + 2.
     """
-    width, nr = g.out[2], tile_vectors(path, g.ocg)
+    width, widest = g.out[2], tile_vectors(path, g.ocg)
     if g.flat:  # (the height is flat_tile_rows' to choose, from the rows of each thread)
-        return DEFAULT_MR, nr
-    extra = 2 + (2 if path.kind in ("maddubsw", "widen") else 0)  # A broadcast, xor 0x80, helpers
+        return DEFAULT_MR, widest if nr is None else nr
+    if nr is None:  # narrower tiles only to spare L2
+        widths = range(widest, 0, -1) if _streams_b(path, g, widest) else (widest,)
+    else:
+        widths = (nr,)
     costs = {}
-    for n in range(nr, 0, -1) if _streams_b(path, g, nr) else (nr,):  # narrower tiles only to spare L2
-        b_vectors = n * (2 if path.kind == "widen" else 1)
+    for n in widths:
         tiles = -(-g.ocg // (n * path.lanes))
-        for r in range(1, min(MAX_MR if n < nr else DEFAULT_MR, width) + 1):
-            # (the full width's tallest block that fits is choose_tile's to find)
-            if n < nr and r * n + b_vectors + extra > path.registers - 2:  # 2 for the output stage
+        # The full width: no taller than its K loop fits (choose_tile trims further where
+        # the output stage needs more); a narrower one must fit with an s8 source and 2
+        # registers for the output stage.
+        top = min(DEFAULT_MR, tallest_tile(path, n)) if n == widest else MAX_MR
+        for r in range(1, min(top, width) + 1):
+            if n < widest and loop_registers(path, r, n, s8_src=True) > path.registers - 2:
                 break
             costs[(n, r)] = tiles * _rows_cycles(path, g, width, r, n)
     best = min(costs.values())

@@ -12,6 +12,7 @@ from primitives.conv_ref import conv_sum
 from primitives.memory import Memory, desc
 from primitives.reference import output_pipeline
 from runtime.ffi import ffi
+from runtime.isa import LADDER
 from primitives.reorder import reorder_desc
 from tests.conftest import faithful_model, skip_reason
 
@@ -194,6 +195,43 @@ def test_short_rows_and_l2_order(isa_path, chunked, monkeypatch):
              policy="faithful" if chunked else "exact", packed=True, seed=4)
     got, want = run_case(p, isa_path)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_exact_widening_where_conv_tile_would_narrow(isa_path, packed):
+    """96 -> 72 channels, 3x3 on 7x7 rows, exact, full-range weights: on AVX2 the widening
+    kernel's B (twice the bytes) outgrows L1 where VPMADDUBSW's does not, and conv_tile
+    alone gave it one vector to VPMADDUBSW's two. The packed weights then had 72 padded
+    columns where the compensation had 80, and the first execution raised. Every kernel
+    of a layout now has its fast path's width; bit for bit."""
+    p = dict(sp=2, groups=1, icg=96, ocg=72, ker=(3, 3), dil=(0, 0), pad_l=(1, 1), pad_r=(1, 1), strides=(1, 1),
+             size=(7, 7), n=1, src_dt="u8", dst_dt="s32", zp_src=5, wscale=None, s_src=None, zp_dst=None,
+             bias=False, post=[], layout=0, policy="exact", packed=packed, seed=6)
+    got, want = run_case(p, isa_path)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("isa", LADDER)
+def test_layout_kernels_share_one_tile_width(isa):
+    """Every kernel a layout can take (both, under exact without VNNI) has one column tile
+    width, on every ISA path (generated or not): the compensation, the padded columns and
+    the threads' column splits are laid out once for all. Before, AVX-512's res5 proj
+    (1024 -> 2048, 1x1/2 at 14x14) got a VPMADDUBSW tile of 3 vectors and a widening tile
+    of 2, and AVX2's 96 -> 72 3x3 at 7x7 two and one."""
+    from dataclasses import replace
+
+    from primitives.conv import ConvolutionDesc as Desc
+
+    shapes = [(96, 72, 7, 3, 1), (1024, 2048, 14, 1, 2), (128, 136, 7, 3, 1), (512, 512, 7, 3, 1), (64, 64, 56, 3, 1)]
+    for ic, oc, size, k, s in shapes:
+        out = (size + 2 * (k // 2) - k) // s + 1
+        pd = Desc(desc((1, ic, size, size), "u8", "nhwc"), desc((oc, ic, k, k), "s8", "any"),
+                  desc((1, oc, out, out), "u8", "nhwc"), strides=(s, s), padding_l=(k // 2,) * 2,
+                  padding_r=(k // 2,) * 2, attr=Attr(policy="exact"))
+        choices = replace(pd._layout, isa=isa).candidates()
+        assert len({c.nr for c in choices}) == 1, (isa, ic, oc, size, k, choices)
+        if not isa.endswith("vnni"):
+            assert [c.path.kind for c in choices] == ["maddubsw", "widen"]
 
 
 @pytest.mark.parametrize("ker", [1, 3])
