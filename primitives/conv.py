@@ -874,6 +874,7 @@ class _Convolution(GemmKernels, Primitive):
                               OW, row0, copy, self._row_classes(h0, h1 - h0)))
         threads = min(pd.threads, packs[0][0].tiles if by_columns else len(items))
         per_thread = [[] for _ in range(threads)]
+        copied = [set() for _ in range(threads)]  # id() of the copies each thread has run
         all_items, keep = [], [layouts]
         for grp, (packed, choice) in enumerate(packs):
             n_chunks = _chunks(packed, len(items), threads)  # sweeps of a thread's items
@@ -898,7 +899,8 @@ class _Convolution(GemmKernels, Primitive):
                 for chunk, (t0, t1) in enumerate(tile_chunks):
                     c0, c1 = t0 * packed.tile_n, min(g.ocg, t1 * packed.tile_n)
                     for layout, base, a_off, c_off, m, row0, copies, classes in its:
-                        if chunk == 0 and grp == 0:
+                        if copies and id(copies) not in copied[t]:
+                            copied[t].add(id(copies))
                             per_thread[t] += copies
                         lda, ldc, a_outer, c_outer, pitch, offsets = layouts[layout]
                         col0 = grp * g.ocg + c0
@@ -967,10 +969,14 @@ class _Convolution(GemmKernels, Primitive):
             # The kernel counts a full operand's rows on across its outer blocks, as if each
             # block were a whole output row: blocks of one row each.
             classes = [(first + i, 1, lo, hi) for first, rows, lo, hi in classes for i in range(rows)]
+        # Every item of these rows carries the same copies (one tuple): a thread runs them
+        # once, before the first of the items it takes, so an edge column whose inside
+        # went to another thread does not read its strip before it is filled.
+        copies = tuple(copies)
         inside = (0, 0, ((n * IH + h0 * sh - pt) * IW + left * sw - pl) * pixel, (row0 + left) * dst_pixel,
-                  OW - left - right, row0 + left, tuple(copies), classes)
+                  OW - left - right, row0 + left, copies, classes)
         edges = [(1, 1, (strip0 + h0 * sh * width + (w * sw if w < left else wl + (w - first_right) * sw)) * pixel,
-                  (row0 + w) * dst_pixel, h1 - h0, row0 + w, (), [(0, 1, 0, g.runs[0])])
+                  (row0 + w) * dst_pixel, h1 - h0, row0 + w, copies, [(0, 1, 0, g.runs[0])])
                  for w in list(range(left)) + list(range(first_right, OW))]
         return [inside] + edges
 
