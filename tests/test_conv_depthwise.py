@@ -62,7 +62,7 @@ def problems(draw):
     for d in range(2):
         extent = (k[d] - 1) * (dil[d] + 1) + 1
         hw.append(draw(st.integers(max(1, extent - pl[d] - pr[d]), 16)))
-    return dict(N=draw(st.integers(1, 2)), C=draw(st.integers(1, 100)), H=hw[0], W=hw[1], k=k, dil=dil, pl=pl,
+    return dict(N=draw(st.integers(1, 4)), C=draw(st.integers(1, 100)), H=hw[0], W=hw[1], k=k, dil=dil, pl=pl,
                 pr=pr, strides=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
                 profile=draw(st.sampled_from(sorted(PROFILES))), zp=draw(st.integers(-20, 300)),
                 seed=draw(st.integers(0, 2**31)), threads=draw(st.integers(1, 2)),

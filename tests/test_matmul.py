@@ -140,6 +140,23 @@ def test_matmul_matches_model(isa_path, p):
                                   want.view(np.int32) if want.dtype == np.float32 else want)
 
 
+@st.composite
+def wide_problems(draw):
+    """``problems`` at up to 150 rows, K of 800 and 200 columns: several column tiles and
+    row blocks a thread, K past the unrolled loop many times, the threads' splits."""
+    p = draw(problems())
+    p.update(M=draw(st.integers(1, 150)), K=draw(st.integers(1, 800)), N=draw(st.integers(1, 200)))
+    return p
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(p=wide_problems())
+def test_wide_matmul_matches_model(isa_path, p):
+    dst, want = _run(p, isa_path)
+    np.testing.assert_array_equal(dst.view(np.int32) if dst.dtype == np.float32 else dst,
+                                  want.view(np.int32) if want.dtype == np.float32 else want)
+
+
 @pytest.mark.parametrize("dst_dt", list(NP))
 def test_whole_column_tiles_match_model(isa_path, dst_dt):
     """N = 48 is whole column tiles on every path: the kernel made for it has no masked
