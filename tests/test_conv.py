@@ -183,6 +183,8 @@ def wide_problems(draw):
     post = [("eltwise", "relu", 0.0, 0.0)] if draw(st.booleans()) else []
     if draw(st.booleans()):
         post.append(("sum", 0.5, draw(st.integers(-3, 3))))
+    if draw(st.booleans()):  # (a full operand makes the strips' edge columns one-row blocks)
+        post.append(("binary", draw(st.sampled_from(["add", "mul"])), draw(st.sampled_from(["col", "full"]))))
     # (channels a multiple of 4 half the time: the edge strips need them)
     icg = draw(st.one_of(st.integers(40, 200), st.integers(10, 50).map(lambda q: 4 * q)))
     return dict(sp=2, groups=draw(st.sampled_from([1, 1, 1, 2])), icg=icg,
@@ -190,7 +192,8 @@ def wide_problems(draw):
                 strides=(stride, stride), size=(size, size), n=draw(st.integers(1, 3)),
                 src_dt=draw(st.sampled_from(["u8", "s8"])), dst_dt=draw(st.sampled_from(list(NP))),
                 zp_src=draw(st.sampled_from([None, 5])), wscale=draw(st.sampled_from([None, "oc"])), s_src=0.05,
-                zp_dst=None, bias=draw(st.booleans()), post=post, layout=0,
+                zp_dst=draw(st.sampled_from([None, 2])), bias=draw(st.booleans()), post=post,
+                layout=draw(st.sampled_from([0, 0, 1])),
                 policy=draw(st.sampled_from(["exact", "exact", "faithful", "halve_weights"])),
                 packed=draw(st.booleans()), seed=draw(st.integers(0, 2**31)),
                 caches=draw(st.sampled_from([(32 << 10, 512 << 10), (48 << 10, 2 << 20), (32 << 10, 1 << 20),
