@@ -110,19 +110,27 @@ def emit_step(path: Path, acc, a, b, tmp=None, ones=None) -> None:
     pairs) in a register or memory; ``tmp`` is a scratch register and ``ones`` a
     register of s16 ones (``maddubsw`` only).
     """
+    emit_steps(path, [(acc, b, tmp)], a, ones)
+
+
+def emit_steps(path: Path, steps, a, ones=None) -> None:
+    """``emit_step`` for each (acc, b, tmp) of ``steps`` on one ``a``, stage by stage: every
+    product, then (``maddubsw``) every VPMADDWD by ones, then every sum."""
     from jit import asm
 
     if path.kind == "vnni":
-        asm.VPDPBUSD(acc, a, b, vex=path.vex)
-    elif path.kind == "maddubsw":
-        asm.VPMADDUBSW(tmp, a, b)
-        asm.VPMADDWD(tmp, tmp, ones)
-        asm.VPADDD(acc, acc, tmp)
-    elif path.kind == "widen":
-        asm.VPMADDWD(tmp, a, b)
-        asm.VPADDD(acc, acc, tmp)
-    else:  # pragma: no cover - Path is built by the functions above
+        for acc, b, _ in steps:
+            asm.VPDPBUSD(acc, a, b, vex=path.vex)
+        return
+    if path.kind not in ("maddubsw", "widen"):  # pragma: no cover - Path is built by the functions above
         raise ValueError(f"unknown step kind {path.kind!r}")
+    for _, b, tmp in steps:
+        (asm.VPMADDUBSW if path.kind == "maddubsw" else asm.VPMADDWD)(tmp, a, b)
+    if path.kind == "maddubsw":
+        for _, _, tmp in steps:
+            asm.VPMADDWD(tmp, tmp, ones)
+    for acc, _, tmp in steps:
+        asm.VPADDD(acc, acc, tmp)
 
 
 def emit_ones_s16(path: Path, register, scratch_gpr) -> None:
