@@ -7,7 +7,7 @@ rows and column tiles, with the whole loop nest inside the generated code::
       [for each of `outer` blocks of m rows (A and C advanced by their outer strides):]
         for each block of mr rows (then one block of the remaining 1..mr-1 rows):
             acc[mr][nr] = 0
-          [for each position p (A rows offset by pos_off[p]; B runs on):]
+          [for each position p (A rows offset by pos_off[p]; B runs on, then skips b_pos_skip bytes):]
             for each group of 4 K values:          B tile in registers, A broadcast
                 acc[i][v] += dot(A[i, k:k+4], B[k:k+4, tile v])
                 (unrolled by ``unroll_k`` groups, then one group at a time; with
@@ -46,8 +46,9 @@ struct i8j_gemm_args {
     void *c; int64_t ldc;                 /* dst, rows ldc bytes apart */
     int64_t m; int64_t n;
     int64_t k_groups; int64_t k_tail_back; int64_t k_tail_shift;
-    /* batch-reduce over positions (spec.positions): A offsets added per position */
-    int64_t *pos_off; int64_t *pos_end; int64_t *pos_cur;
+    /* batch-reduce over positions (spec.positions): A offsets added per position, and
+       B bytes skipped after each (a window cut at the padding reads part of each run) */
+    int64_t *pos_off; int64_t *pos_end; int64_t *pos_cur; int64_t b_pos_skip;
     /* outer loop (spec.outer): `outer` blocks of m rows, A and dst advanced by strides */
     int64_t outer; int64_t a_outer_stride; int64_t c_outer_stride;
     int64_t outer_left; void *a_cur; void *c_cur; int64_t m_left;   /* the kernel's own scratch */
@@ -56,7 +57,7 @@ struct i8j_gemm_args {
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_gemm_args *)"
 FIELDS = ("a", "lda", "b", "b_tile_stride", "c", "ldc", "m", "n", "k_groups", "k_tail_back",
-          "k_tail_shift", "pos_off", "pos_end", "pos_cur", "outer", "a_outer_stride", "c_outer_stride",
+          "k_tail_shift", "pos_off", "pos_end", "pos_cur", "b_pos_skip", "outer", "a_outer_stride", "c_outer_stride",
           "outer_left", "a_cur", "c_cur", "m_left") + OUTPUT_FIELDS
 MAX_MR = 9  # three A/C row bases of three rows each
 DEFAULT_MR = 6  # the tallest tile a GEMM asks for (nr = 4 fits 6 rows on AVX-512)
@@ -397,6 +398,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
                 ADD(rbx, spec.b_group_bytes)
         LABEL(k_done)
         if spec.positions:
+            ADD(rbx, [args + off["b_pos_skip"]])  # B of the run's part this call leaves out
             MOV(rbp, [args + off["pos_cur"]])
             CMP(rbp, [args + off["pos_end"]])
             JB(pos_loop)

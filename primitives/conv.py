@@ -49,6 +49,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import groupby
 
 import numpy as np
 
@@ -205,10 +206,30 @@ class Geometry:
         return (left, right, (left - 1) * sw + extent if left else 0, (right - 1) * sw + extent if right else 0)
 
     @property
-    def partial_runs(self) -> tuple:
-        """The distinct ``window_runs`` short of all runs, over the output rows."""
-        full = (0, self.runs[0])
-        return tuple(sorted({self.window_runs(h) for h in range(self.out[1])} - {full}))
+    def run_kw(self) -> int:
+        """Window columns (kw) in one K run: KW where a run folds them (Geometry.runs), else 1."""
+        return self.positions // self.runs[0]
+
+    def edge_windows(self) -> tuple | None:
+        """The edge columns of :meth:`strips` as they read the source in place, their
+        windows cut at the side padding: ``(w, first kw, end kw)`` per edge column, the
+        window columns inside the source's width. A run (one window row, KW pixels) then
+        reads its middle part: the kw in the padding are skipped in A and in B (the
+        kernel's ``b_pos_skip``), as the rows at the top and bottom skip window rows
+        (:meth:`window_runs`). None where runs do not fold KW (W dilated), or where an
+        edge column's window lies wholly in the padding."""
+        strips = self.strips()
+        if strips is None or self.dil[2] or self.groups != 1:
+            return None
+        left, right = strips[:2]
+        out = []
+        for w in list(range(left)) + list(range(self.out[2] - right, self.out[2])):
+            x0 = w * self.stride[2] - self.pad_l[2]  # the window's first source column
+            lo, hi = max(0, -x0), min(self.ker[2], self.src[2] - x0)
+            if hi <= lo:
+                return None
+            out.append((w, lo, hi))
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -282,8 +303,13 @@ class ConvWeightsLayout:
             proof = saturation_proof(b)  # once, for the decision and the pack
             choice = self.decide(policy, b, proof)
             packed = pack_b(b, choice.path, choice.nr, proof)
-            run_colsum = np.zeros((self.geometry.runs[0], packed.colsum.size), np.int64)
-            run_colsum[:, :b.shape[1]] = b.astype(np.int64).reshape(run_colsum.shape[0], -1, b.shape[1]).sum(axis=1)
+            # Column sums per window column of each run, for rows and edge columns that
+            # read part of the window (the kw of a run: its first KW * k_per_position rows)
+            g = self.geometry
+            runs, kp = g.runs[0], g.k_per_position
+            per_run = b.astype(np.int64).reshape(runs, -1, b.shape[1])[:, :g.run_kw * kp]
+            run_colsum = np.zeros((runs, g.run_kw, packed.colsum.size), np.int64)
+            run_colsum[:, :, :b.shape[1]] = per_run.reshape(runs, g.run_kw, kp, b.shape[1]).sum(axis=2)
             out.append((replace(packed, run_colsum=run_colsum), choice))
         return out
 
@@ -428,9 +454,17 @@ class ConvolutionDesc(PrimitiveDesc):
         # A padded whole-pixel NHWC source: read in place but for its edge columns (Geometry.strips)
         self._strips = (g.strips() if not g.direct and G == 1 and icg % 4 == 0 and src_md.perm == cl
                         and self._skip_padding else None)
-        if self._strips and not strips_pay(self.fast.path, g, self._strips, self._row_splits()):
+        # The edge columns too, where their windows can be cut at the side padding
+        # (Geometry.edge_windows): no strips to fill, and no products of the padding;
+        # where that pays for every kernel the weights may pick.
+        self._edges = g.edge_windows() if self._strips else None
+        if self._edges and not all(edges_pay(c.path, g, self._edges, self._row_splits(), c.nr) for c in choices):
+            self._edges = None
+        if self._strips and not self._edges and not strips_pay(self.fast.path, g, self._strips, self._row_splits()):
             self._strips = None
-        if self._strips:
+        if self._edges:
+            self._pad_bytes = 0
+        elif self._strips:
             self._pad_bytes = g.n * g.padded[1] * (self._strips[2] + self._strips[3]) * g.icg
         else:
             self._pad_bytes = 0 if self._direct_src() else g.n * _prod(g.padded) * G * g.icgp
@@ -440,11 +474,39 @@ class ConvolutionDesc(PrimitiveDesc):
         self._ocgp = -(-g.ocg // tile_n) * tile_n
         n_out = g.n * g.out[0] * g.out[1] * g.out[2]
         self._dst_tmp_bytes = 0 if dst_md.perm == cl else n_out * OC * dst_md.itemsize
-        self._partial = g.partial_runs if self.output.col_comp and self._skip_padding else ()
+        self._partial = self._window_parts() if self.output.col_comp and self._skip_padding else ()
         self._cols_bytes = 4 * (4 + len(self._partial)) * G * self._ocgp
         self.scratchpad_nbytes = _align(self._pad_bytes) + _align(self._dst_tmp_bytes) + self._cols_bytes
         if verbose.enabled("dispatch"):
             verbose.dispatch(self.kind, self.impl_name(), "chosen: " + self.fast.reason)
+
+    def _window_parts(self) -> tuple:
+        """The distinct parts of the window that calls read, short of all of it: (first
+        run, end run, first kw, end kw) (Geometry.window_runs, edge_windows); each takes
+        a compensation of its own where the pipeline has one."""
+        g = self.geometry
+        kw_all = (0, g.run_kw)
+        parts = {g.window_runs(h) + kw_all for h in range(g.out[1])}
+        parts |= {g.window_runs(h) + (lo, hi) for _, lo, hi in self._edges or () for h in range(g.out[1])}
+        return tuple(sorted(parts - {(0, g.runs[0]) + kw_all}))
+
+    def _row_classes(self, h0: int, outer: int, kw: tuple | None = None) -> list:
+        """An item's output rows (``outer`` of them from output row ``h0`` of a plane) as
+        runs of rows that read the same K runs (``Geometry.window_runs``): (first, count,
+        first K run, end run, first kw, end kw), the kw of each run ``kw`` (all of them
+        unless given: Geometry.edge_windows)."""
+        g = self.geometry
+        kw = kw or (0, g.run_kw)
+        if not self._skip_padding:
+            return [(0, outer, 0, g.runs[0], *kw)]
+        out = []
+        for i in range(outer):
+            part = g.window_runs(h0 + i) + kw
+            if out and out[-1][2:] == part:
+                out[-1] = (out[-1][0], out[-1][1] + 1, *part)
+            else:
+                out.append((i, 1, *part))
+        return out
 
     def _direct_src(self) -> bool:
         md = self.query(SRC)
@@ -495,11 +557,16 @@ class ConvolutionDesc(PrimitiveDesc):
         elif self._strips:  # the columns inside, a row at a time; each edge column down its rows
             left, right = self._strips[:2]
             mr = conv_tile(choice.path, g, choice.nr)[0]
-            rows = (g.out[2] - left - right,) + (tuple(e - b for b, e in self._row_splits()) if left + right else ())
+            inside = g.out[2] - left - right
+            if self._edges:  # an edge column: a call per class of rows (Geometry.window_runs)
+                rows = (inside,) + tuple(c[1] for b, e in self._row_splits() for c in self._row_classes(b, e - b))
+            else:
+                rows = (inside,) + (tuple(e - b for b, e in self._row_splits()) if left + right else ())
         else:  # each output row is a run of row blocks
             mr, rows = conv_tile(choice.path, g, choice.nr)[0], (g.out[2],)
+        ks = (g.runs[1],) + tuple((hi - lo) * g.k_per_position for _, lo, hi in self._edges or ())
         kspec = choose_tile(choice.path, self.src_s8, output or self.output, choice.nr, mr, positions=True,
-                            outer=True, rows=rows, ks=(g.runs[1],), ns=(g.ocg,))
+                            outer=True, rows=rows, ks=ks, ns=(g.ocg,))
         if _b_tile_bytes(choice.path, g, choice.nr) > 2 * _L1_BUDGET:
             # Each row block reads the tile's B from L2 again, and Intel's L1 prefetchers
             # fall behind that stream: prefetch it ahead of the K loop. (Emerald Rapids,
@@ -521,7 +588,8 @@ class ConvolutionDesc(PrimitiveDesc):
                 "kernel": kspec.name, "tile": (kspec.mr, kspec.nr), "geometry": self.geometry,
                 # every kernel made at creation: under exact without VNNI the packed weights pick one
                 "kernels": [self._kernel_for(c).meta["kspec"].name for c in self._choices],
-                "source": ("direct" if self._direct_src() else "direct, the edge columns from padded strips in "
+                "source": ("direct" if self._direct_src() else "direct, the edge columns too, their windows cut "
+                           "at the padding" if self._edges else "direct, the edge columns from padded strips in "
                            "the scratchpad" if self._strips else "padded copy in the scratchpad")}
 
     def _create_primitive(self):
@@ -628,6 +696,50 @@ def strips_pay(path: Path, g: Geometry, strips: tuple, splits: list) -> bool:
     return extra * tiles * _b_tile_bytes(path, g, n) < 2 * _prod(g.src) * g.icg
 
 
+def _part_cycles(path: Path, g: Geometry, r: int, n: int) -> float:
+    """edges_pay's model: conv_tile's cycles of one K group of an r-row block of n vectors,
+    with the widening path's two steps (and two B vectors) per vector, and no floor of
+    5 cycles (VPDPBUSD's latency): on these paths an accumulator waits on one VPADDD."""
+    b_vectors = n * (2 if path.kind == "widen" else 1)
+    l2 = b_vectors * path.vector_bytes / 32 if _streams_b(path, g, n) else 0.0
+    return max(r * b_vectors / 2, (r + b_vectors) / 2, l2)
+
+
+def edges_pay(path: Path, g: Geometry, edges: tuple, splits: list, nr: int) -> bool:
+    """Whether the edge columns read in place, their windows cut at the side padding
+    (``Geometry.edge_windows``), beat the padded copy on ``path``'s kernel of ``nr``
+    vectors.
+
+    Model: per row block, _part_cycles times the share of the window's K it reads. The
+    edges do less work (ResNet-50's 3x3 at 7x7: 361 of 441 window pixels, as oneDNN's
+    own kernels skip them; with the copy, 399) in more, shorter blocks: the whole rows'
+    blocks of conv_tile's height, against the inside columns' and each edge column's
+    classes of rows (one call each). Measured (Zen 3, AVX2, one thread, batch 1,
+    interleaved in one process): VPMADDUBSW res5 3x3 +7% against the copy, res4 3x3 +4%,
+    res3 and res2 3x3 and the 3x3/2 layers +1-2.5%; the widening kernel res4 3x3 +4%,
+    res5 3x3 -7% (its 4-row blocks: 5 columns inside take two, as 7 do), which the
+    model refuses. VNNI paths (not measured: a short block there waits on VPDPBUSD's
+    latency) keep the strips-or-copy rule."""
+    if path.kind == "vnni":
+        return False
+    r = conv_tile(path, g, nr)[0]
+    width, runs = g.out[2], g.runs[0]
+    parts = [g.window_runs(h) for h in range(g.out[1])]
+    share = sum(hi - lo for lo, hi in parts) / runs  # whole rows' worth of the window
+    cycles = share * _part_rows(path, g, width - len(edges), r, nr)
+    for _, kw0, kw1 in edges:
+        for h0, h1 in splits:  # a call per run of rows that read the same window rows
+            for (lo, hi), rows in groupby(parts[h0:h1]):
+                cycles += (hi - lo) / runs * (kw1 - kw0) / g.run_kw * _part_rows(path, g, len(list(rows)), r, nr)
+    return cycles <= share * _part_rows(path, g, width, r, nr)
+
+
+def _part_rows(path: Path, g: Geometry, width: int, r: int, n: int) -> float:
+    """_part_cycles of ``width`` rows as blocks of ``r`` and one block of the rest."""
+    full, rest = divmod(width, r)
+    return full * _part_cycles(path, g, r, n) + (_part_cycles(path, g, rest, n) if rest else 0.0)
+
+
 def flat_tile_rows(path: Path, g: Geometry, nr: int, rows: tuple) -> int:
     """The block height for a 1x1 convolution run as one GEMM over ``rows`` pixels a
     thread: the one whose blocks cost least on the longest part (conv_tile's model;
@@ -722,7 +834,7 @@ class _Convolution(GemmKernels, Primitive):
             if not kept or self._filled.get(a.ctypes.data) != zp_src:
                 a.fill(zp_src)
                 self._filled[a.ctypes.data] = zp_src
-            if pd._strips:  # read in place; the threads copy the edges into the strips
+            if pd._strips:  # read in place; the threads copy the edges into the strips (but for _edges)
                 a, pixel, rows_src = src.array, g.icg, src.array
             else:
                 a = a.reshape((g.n,) + g.padded + (G, g.icgp))
@@ -776,8 +888,8 @@ class _Convolution(GemmKernels, Primitive):
         def put_comp():
             for grp, (packed, _) in enumerate(packs):
                 comp[grp] = (-ao * packed.colsum[:pd._ocgp]).astype(np.uint32).view(np.int32)
-                for i, (lo, hi) in enumerate(pd._partial):  # the rows that read runs lo..hi
-                    part = packed.run_colsum[lo:hi, :pd._ocgp].sum(axis=0)
+                for i, (lo, hi, kw0, kw1) in enumerate(pd._partial):  # the calls that read part of the window
+                    part = packed.run_colsum[lo:hi, kw0:kw1, :pd._ocgp].sum(axis=(0, 1))
                     cols[4 + i].view(np.int32)[grp] = (-ao * part).astype(np.uint32).view(np.int32)
         # Weights packed at this call are new objects (an id may repeat): always recompute.
         refresh(written, "comp", (tuple(id(p) for p, _ in packs), ao) if wmem.desc.is_packed else None, put_comp)
@@ -846,7 +958,9 @@ class _Convolution(GemmKernels, Primitive):
         row_width = g.src[2] if strips else Wp
         layouts = [(sw * pixel, OC * dbytes, sh * row_width * pixel, OW * OC * dbytes, 1,
                     self._offsets(Hp, row_width, pixel))]
-        if strips:  # an edge column: m rows down a strip, dst pixels a row apart
+        if pd._edges:  # an edge column: m rows down the source in place, dst pixels a row apart
+            layouts.append((sh * row_width * pixel, OW * OC * dbytes, 0, 0, OW, layouts[0][5]))
+        elif strips:  # the same down a strip
             s_width = strips[2] + strips[3]
             layouts.append((sh * s_width * pixel, OW * OC * dbytes, 0, 0, OW, self._offsets(Hp, s_width, pixel)))
         k_pos = g.runs[1]
@@ -856,7 +970,7 @@ class _Convolution(GemmKernels, Primitive):
         # first dst pixel, the calls that copy its rows, its output rows as classes that
         # read the same K runs (_row_classes)).
         if pd._flat_src():  # one GEMM over every pixel
-            items = [(0, 0, p0 * pixel, p0 * OC * dbytes, p1 - p0, p0, (), [(0, 1, 0, g.runs[0])])
+            items = [(0, 0, p0 * pixel, p0 * OC * dbytes, p1 - p0, p0, (), [(0, 1, 0, g.runs[0], 0, g.run_kw)])
                      for p0, p1 in pd._flat_splits()]
         else:
             places = [(n, od, h0, h1) for n in range(g.n) for od in range(OD) for h0, h1 in pd._row_splits()]
@@ -871,7 +985,7 @@ class _Convolution(GemmKernels, Primitive):
                 slot = n if slots is None else slots[j]  # the padded image the item reads
                 copy = () if rows_src is None else (self._row_copy(rows_src, a, pixel, n, h0, h1, slot),)
                 items.append((0, 0, slot * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
-                              OW, row0, copy, self._row_classes(h0, h1 - h0)))
+                              OW, row0, copy, self.pd._row_classes(h0, h1 - h0)))
         threads = min(pd.threads, packs[0][0].tiles if by_columns else len(items))
         per_thread = [[] for _ in range(threads)]
         copied = [set() for _ in range(threads)]  # id() of the copies each thread has run
@@ -884,6 +998,9 @@ class _Convolution(GemmKernels, Primitive):
                 chunks = split(packed.tiles, min(n_chunks, packed.tiles))
                 work = [(items[b:e], chunks) for b, e in split(len(items), threads)]
             kernel = self._kernel(choice, output)
+            # B bytes of one K run of a tile, and of one window column in it (K by 4 in B)
+            run_bytes = packed.tile_stride // g.runs[0]
+            kw_bytes = run_bytes * g.k_per_position // (g.b_rows // g.runs[0])
             out = OutputArgs(col_comp=cols[0].view(np.int32)[grp])
             if pd._scale_kind != "none":
                 out.scale = Operand(cols[1][grp], pd._scale_kind)
@@ -904,16 +1021,18 @@ class _Convolution(GemmKernels, Primitive):
                             per_thread[t] += copies
                         lda, ldc, a_outer, c_outer, pitch, offsets = layouts[layout]
                         col0 = grp * g.ocg + c0
-                        for first, rows, lo, hi in classes:
+                        for first, rows, lo, hi, kw0, kw1 in classes:
                             r0 = row0 + first * OW
-                            s = new_args(kernel.meta["kspec"], packed, k_pos, lda, ldc, out, c0, c1, r0, r0 + m)
+                            K = k_pos if kw1 - kw0 == g.run_kw else (kw1 - kw0) * g.k_per_position
+                            s = new_args(kernel.meta["kspec"], packed, K, lda, ldc, out, c0, c1, r0, r0 + m)
                             s.outer, s.a_outer_stride, s.c_outer_stride = rows, a_outer, c_outer
                             s.pos_off = ffi.cast("int64_t *", pointer_to(offsets)) + lo
                             s.pos_end = s.pos_off + (hi - lo)
-                            if lo:  # B of the skipped runs
-                                s.b = ffi.cast("char *", s.b) + lo * (packed.tile_stride // len(offsets))
-                            if (lo, hi) in pd._partial:  # the compensation of the runs it reads
-                                i = pd._partial.index((lo, hi))
+                            if lo or kw0:  # B of the skipped runs, and of the run's first kw
+                                s.b = ffi.cast("char *", s.b) + lo * run_bytes + kw0 * kw_bytes
+                            s.b_pos_skip = (g.run_kw - (kw1 - kw0)) * kw_bytes  # and of its last kw
+                            if (lo, hi, kw0, kw1) in pd._partial:  # the compensation of the part it reads
+                                i = pd._partial.index((lo, hi, kw0, kw1))
                                 s.col_comp = pointer_to(cols[4 + i].view(np.int32)[grp]) + 4 * c0
                             s.m = m
                             per_thread[t].append((kernel.function, s))
@@ -939,7 +1058,9 @@ class _Convolution(GemmKernels, Primitive):
         """Image ``n``'s output rows h0..h1-1 read with edge strips (``pd._strips``): the
         columns inside, from the source ``x`` in place, one row of them at a time; then
         each edge column, down its strip. The first item copies the source's edge rows
-        those output rows read into the strips."""
+        those output rows read into the strips. With ``pd._edges`` there are no strips:
+        each edge column reads ``x`` in place too, a call per class of its rows, its
+        window cut at the side padding."""
         g = self.pd.geometry
         left, right, wl, wr = self.pd._strips
         _, IH, IW = g.src
@@ -953,8 +1074,8 @@ class _Convolution(GemmKernels, Primitive):
         # Each strip's part of the source: (its first source column, the strip column it
         # goes to, the strip's end). The left strip holds padded columns 0..wl-1; the right
         # one, from strip column wl, those from the first right column's window on.
-        parts = [(0, pl, wl)] if left else []
-        if right:
+        parts = [(0, pl, wl)] if left and not self.pd._edges else []
+        if right and not self.pd._edges:
             src_col = max(0, first_right * sw - pl)
             parts.append((src_col, wl + src_col + pl - first_right * sw, width))
         copies = []
@@ -964,19 +1085,25 @@ class _Convolution(GemmKernels, Primitive):
                 copies.append(self._copy_call(pointer_to(x) + ((n * IH + ih0) * IW + src_col) * pixel,
                                               pointer_to(sp) + (strip0 + (ih0 + pt) * width + dst_col) * pixel,
                                               ih1 - ih0, cols * pixel, IW * pixel, width * pixel))
-        classes = self._row_classes(h0, h1 - h0)
+        classes = self.pd._row_classes(h0, h1 - h0)
         if any(kind == "full" for _, kind in self.pd._binary):
             # The kernel counts a full operand's rows on across its outer blocks, as if each
             # block were a whole output row: blocks of one row each.
-            classes = [(first + i, 1, lo, hi) for first, rows, lo, hi in classes for i in range(rows)]
+            classes = [(first + i, 1, *part) for first, rows, *part in classes for i in range(rows)]
         # Every item of these rows carries the same copies (one tuple): a thread runs them
         # once, before the first of the items it takes, so an edge column whose inside
         # went to another thread does not read its strip before it is filled.
         copies = tuple(copies)
         inside = (0, 0, ((n * IH + h0 * sh - pt) * IW + left * sw - pl) * pixel, (row0 + left) * dst_pixel,
                   OW - left - right, row0 + left, copies, classes)
+        if self.pd._edges:  # each edge column in place, a call per class of its rows
+            return [inside] + [
+                (1, 0, ((n * IH + (h0 + first) * sh - pt) * IW + w * sw - pl + kw0) * pixel,
+                 (row0 + first * OW + w) * dst_pixel, rows, row0 + first * OW + w, (), [(0, 1, lo, hi, kw0, kw1)])
+                for w, kw0, kw1 in self.pd._edges
+                for first, rows, lo, hi, _, _ in self.pd._row_classes(h0, h1 - h0, (kw0, kw1))]
         edges = [(1, 1, (strip0 + h0 * sh * width + (w * sw if w < left else wl + (w - first_right) * sw)) * pixel,
-                  (row0 + w) * dst_pixel, h1 - h0, row0 + w, copies, [(0, 1, 0, g.runs[0])])
+                  (row0 + w) * dst_pixel, h1 - h0, row0 + w, copies, [(0, 1, 0, g.runs[0], 0, g.run_kw)])
                  for w in list(range(left)) + list(range(first_right, OW))]
         return [inside] + edges
 
@@ -995,22 +1122,6 @@ class _Convolution(GemmKernels, Primitive):
         args.src, args.dst, args.rows, args.row_bytes = src, dst, rows, row_bytes
         args.src_stride, args.dst_stride = src_stride, dst_stride
         return kernel.function, args
-
-    def _row_classes(self, h0: int, outer: int) -> list:
-        """An item's output rows (``outer`` of them from output row ``h0`` of a plane) as
-        runs of rows that read the same K runs (``Geometry.window_runs``): (first, count,
-        first K run, end run)."""
-        g = self.pd.geometry
-        if not self.pd._skip_padding:
-            return [(0, outer, 0, g.runs[0])]
-        out = []
-        for i in range(outer):
-            run = g.window_runs(h0 + i)
-            if out and out[-1][2:] == run:
-                out[-1] = (out[-1][0], out[-1][1] + 1, *run)
-            else:
-                out.append((i, 1, *run))
-        return out
 
     def _copy_slots(self, packs, count: int, by_columns: bool) -> list | None:
         """For the row copies: which padded image of the buffer each of ``count`` work

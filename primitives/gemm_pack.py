@@ -30,8 +30,8 @@ class PackedB:
     colsum: np.ndarray  # int64, per column (length tiles * tile_n, zero padded)
     safe_pairs: int  # (column, k pair) pairs proven not to saturate VPMADDUBSW
     total_pairs: int
-    # A batch-reduce B (convolution) of equal K runs: int64 column sums per run (runs x
-    # colsum's length), for rows that read some runs only.
+    # A batch-reduce B (convolution) of equal K runs: int64 column sums per run and window
+    # column in it (runs x kw x colsum's length), for rows that read part of the window.
     run_colsum: np.ndarray | None = None
 
     @property

@@ -612,19 +612,27 @@ STRIP_CASES = [  # (size, ker, strides, dilation, pad_l, pad_r): left/right edge
 ]
 
 
-@pytest.fixture
-def strips_always(monkeypatch):
-    """Edge strips wherever Geometry.strips allows them, whatever conv.strips_pay says."""
+@pytest.fixture(params=["edges in place", "strips"])
+def strips_always(monkeypatch, request):
+    """Edge strips wherever Geometry.strips allows them, whatever conv.strips_pay says;
+    their edge columns read in place where Geometry.edge_windows allows it, or always
+    from the strips."""
     import primitives.conv as conv
 
     monkeypatch.setattr(conv, "strips_pay", lambda *args: True)
+    monkeypatch.setattr(conv, "edges_pay", lambda *args: True)
+    if request.param == "strips":
+        monkeypatch.setattr(conv.Geometry, "edge_windows", lambda self: None)
+    return request.param
 
 
 @pytest.mark.parametrize("case", range(len(STRIP_CASES)))
 def test_edge_strips_read_the_source_in_place(isa_path, case, strips_always):
     """A padded NHWC source of one group and 4k channels is read in place: the columns
-    whose window stays inside the source's width directly, the edge columns from narrow
-    padded strips (Geometry.strips), which the threads fill with the source's edge rows.
+    whose window stays inside the source's width directly; the edge columns in place too,
+    their windows cut at the side padding (Geometry.edge_windows: the kernel skips the
+    padded window columns of each run in A and B), or from narrow padded strips
+    (Geometry.strips), which the threads fill with the source's edge rows.
     Exact with every attribute the pipeline takes there (zero points, s8, a full binary
     operand, whose rows the edge columns walk OW pixels apart, sum), one and two threads,
     batch 1 and 2, packed weights or plain."""
@@ -645,7 +653,13 @@ def test_edge_strips_read_the_source_in_place(isa_path, case, strips_always):
               dilation=dil, isa=isa_path)
     left, right, wl, wr = pd._strips
     assert pd.impl_info()["source"].startswith("direct, the edge columns")
-    assert pd._pad_bytes == pd.geometry.padded[1] * (wl + wr) * 8  # the strips only, not the padded image
+    if pd._edges:  # no scratchpad for the source at all
+        assert strips_always == "edges in place" and pd._pad_bytes == 0
+        assert [w for w, _, _ in pd._edges] == list(range(left)) + list(range(pd.geometry.out[2] - right,
+                                                                            pd.geometry.out[2]))
+    else:  # the strips only, not the padded image
+        assert strips_always == "strips" or not pd.geometry.edge_windows()  # W dilated, or no edge columns
+        assert pd._pad_bytes == pd.geometry.padded[1] * (wl + wr) * 8
 
 
 @pytest.mark.parametrize("where", ["end", "start"])
@@ -695,18 +709,25 @@ def test_edge_strips_where_they_pay(caches_of):
 
 
 def test_edge_strips_on_avx2_zen3(caches_of):
-    """The same rule on AVX2 with a Zen 3 core's caches (32 KB L1, 512 KB L2), where the
-    picks were measured: res2 3x3 reads its source in place; res5 3x3's 25 KB image is
-    copied (it fits L1: the copy costs next to nothing, and the strips' fewer 5-row blocks
-    ran 8-17% slower under exact), though the strips have fewer blocks than its whole rows."""
+    """The rules on AVX2 with a Zen 3 core's caches (32 KB L1, 512 KB L2), where the picks
+    were measured (conv.edges_pay, strips_pay): the 3x3 layers read their source in place,
+    the edge columns too (their windows cut at the padding), but where the widening
+    kernel (exact, full-range weights) would take more blocks than the copy's whole rows:
+    there res5 3x3's 25 KB image is copied (it fits L1: the copy costs next to nothing,
+    and the edges ran 7% slower, the strips' fewer 5-row blocks 8-17%), as the 3x3/2
+    layers of res4 and res5 are."""
     from primitives.conv import ConvolutionDesc as Desc
 
     if skip_reason("avx2"):
         pytest.skip(skip_reason("avx2"))
     caches_of(32 << 10, 512 << 10)
-    for c, size, want in ((64, 56, True), (512, 7, False)):
+    for c, size, stride, policy, want in ((64, 56, 1, "exact", "edges"), (512, 7, 1, "exact", "copy"),
+                                          (256, 14, 1, "exact", "edges"), (256, 28, 2, "exact", "copy"),
+                                          (512, 7, 1, "faithful", "edges"), (128, 56, 2, "faithful", "edges")):
+        out = (size - 1) // stride + 1
         for n in (1, 8):
             pd = Desc(desc((n, c, size, size), "u8", "nhwc"), desc((c, c, 3, 3), "s8", "any"),
-                      desc((n, c, size, size), "u8", "nhwc"), padding_l=(1, 1), padding_r=(1, 1), isa="avx2",
-                      threads=1)
-            assert (pd._strips is not None) is want, (c, n)
+                      desc((n, c, out, out), "u8", "nhwc"), strides=(stride, stride), padding_l=(1, 1),
+                      padding_r=(1, 1), attr=Attr(policy=policy), isa="avx2", threads=1)
+            got = "edges" if pd._edges else "strips" if pd._strips else "copy"
+            assert got == want, (c, size, stride, policy, n)
