@@ -619,10 +619,12 @@ def _block_cycles(path: Path, g: Geometry, r: int, n: int) -> float:
     return max(r * n / 2, (r + n) / 2, 5.0, l2)
 
 
-def _rows_cycles(path: Path, g: Geometry, width: int, r: int, n: int) -> float:
-    """The model's cycles of ``width`` rows as blocks of ``r`` and one block of the rest."""
+def _rows_cycles(path: Path, g: Geometry, width: int, r: int, n: int, block=None) -> float:
+    """The model's cycles of ``width`` rows as blocks of ``r`` and one block of the rest
+    (each ``block(path, g, rows, n)``: _block_cycles unless given)."""
+    block = block or _block_cycles
     full, rest = divmod(width, r)
-    return full * _block_cycles(path, g, r, n) + (_block_cycles(path, g, rest, n) if rest else 0.0)
+    return full * block(path, g, r, n) + (block(path, g, rest, n) if rest else 0.0)
 
 
 def conv_tile(path: Path, g: Geometry, nr: int | None = None) -> tuple:
@@ -726,18 +728,15 @@ def edges_pay(path: Path, g: Geometry, edges: tuple, splits: list, nr: int) -> b
     width, runs = g.out[2], g.runs[0]
     parts = [g.window_runs(h) for h in range(g.out[1])]
     share = sum(hi - lo for lo, hi in parts) / runs  # whole rows' worth of the window
-    cycles = share * _part_rows(path, g, width - len(edges), r, nr)
+    def blocks(rows: int) -> float:  # cycles of a K group of ``rows`` rows in blocks of r
+        return _rows_cycles(path, g, rows, r, nr, _part_cycles)
+
+    cycles = share * blocks(width - len(edges))
     for _, kw0, kw1 in edges:
         for h0, h1 in splits:  # a call per run of rows that read the same window rows
             for (lo, hi), rows in groupby(parts[h0:h1]):
-                cycles += (hi - lo) / runs * (kw1 - kw0) / g.run_kw * _part_rows(path, g, len(list(rows)), r, nr)
-    return cycles <= share * _part_rows(path, g, width, r, nr)
-
-
-def _part_rows(path: Path, g: Geometry, width: int, r: int, n: int) -> float:
-    """_part_cycles of ``width`` rows as blocks of ``r`` and one block of the rest."""
-    full, rest = divmod(width, r)
-    return full * _part_cycles(path, g, r, n) + (_part_cycles(path, g, rest, n) if rest else 0.0)
+                cycles += (hi - lo) / runs * (kw1 - kw0) / g.run_kw * blocks(len(list(rows)))
+    return cycles <= share * blocks(width)
 
 
 def flat_tile_rows(path: Path, g: Geometry, nr: int, rows: tuple) -> int:
