@@ -127,6 +127,14 @@ MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
 _SC_PAGESIZE = 30
 
 
+def child_env() -> dict:
+    """The environment for a child Python that imports int8jit from this checkout: the
+    checkout first on PYTHONPATH, whatever was there kept (where the dependencies are
+    found through it rather than site-packages)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+
+
 def page_size() -> int:
     return int(libc.sysconf(_SC_PAGESIZE))
 

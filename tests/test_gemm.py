@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from primitives import reference
 from primitives.gemm import Gemm, gemm, gemm_s8s8s32, gemm_u8s8s32
 from runtime import isa as isa_mod
-from tests.conftest import faithful_model, isa_params
+from tests.conftest import child_env, faithful_model, isa_params
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("exact", "faithful")
@@ -408,7 +408,7 @@ def test_guard_pages(isa):
     An out-of-bounds read or write would kill the child with SIGSEGV.
     """
     proc = subprocess.run([sys.executable, "-c", GUARD_SCRIPT, isa], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          timeout=300, env=child_env())
     assert proc.returncode == 0, (
         f"child exited with {proc.returncode} (negative: killed by that signal, -11 is SIGSEGV)\n"
         f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -432,7 +432,7 @@ def test_guard_fixture_faults(guarded):
         print(p[16], flush=True)
     """)
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          env=child_env())
     assert proc.returncode == -11, (proc.returncode, proc.stdout, proc.stderr)
 
 

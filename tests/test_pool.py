@@ -16,6 +16,7 @@ import pytest
 from runtime import pool
 from runtime.ffi import ffi
 from runtime.kernel import Kernel
+from tests.conftest import child_env
 
 # mov rax, [rdi]; inc rax; mov [rdi], rax; ret
 INC = Kernel("inc", bytes([0x48, 0x8B, 0x07, 0x48, 0xFF, 0xC0, 0x48, 0x89, 0x07, 0xC3]),
@@ -137,7 +138,7 @@ def test_exit_while_a_worker_polls():
         pytest.skip("no spinning workers here (INT8JIT_SPIN_POOL=0 or one core)")
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(root)))
+                          env=child_env())
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
 
 
