@@ -698,13 +698,23 @@ def strips_pay(path: Path, g: Geometry, strips: tuple, splits: list) -> bool:
     return extra * tiles * _b_tile_bytes(path, g, n) < 2 * _prod(g.src) * g.icg
 
 
+# Cycles of one row's step on one B vector (a K group of 4 bytes), where the step's
+# instructions run at the rate of the ports they share: VPDPBUSD two a cycle; the
+# VPMADDUBSW step's three and the widening step's two three a cycle on 256-bit vectors
+# (Intel's three vector ALU ports; Zen's two multiply pipes take the multiplies, its
+# adds go elsewhere), two a cycle on 512-bit ones (Intel's ports 0 and 5).
+_STEP_CYCLES = {("vnni", 32): 0.5, ("vnni", 64): 0.5, ("maddubsw", 32): 1.0, ("maddubsw", 64): 1.5,
+                ("widen", 32): 2 / 3, ("widen", 64): 1.0}
+
+
 def _part_cycles(path: Path, g: Geometry, r: int, n: int) -> float:
-    """edges_pay's model: conv_tile's cycles of one K group of an r-row block of n vectors,
-    with the widening path's two steps (and two B vectors) per vector, and no floor of
-    5 cycles (VPDPBUSD's latency): on these paths an accumulator waits on one VPADDD."""
+    """edges_pay's model: cycles of one K group of an r-row block of n vectors: its steps
+    at _STEP_CYCLES (the widening path's two B vectors per vector), its r + n loads at
+    two a cycle, its B from L2 where the tile outgrows L1; no floor of 5 cycles
+    (VPDPBUSD's latency): on these paths an accumulator waits on one VPADDD."""
     b_vectors = n * (2 if path.kind == "widen" else 1)
     l2 = b_vectors * path.vector_bytes / 32 if _streams_b(path, g, n) else 0.0
-    return max(r * b_vectors / 2, (r + b_vectors) / 2, l2)
+    return max(r * b_vectors * _STEP_CYCLES[path.kind, path.vector_bytes], (r + b_vectors) / 2, l2)
 
 
 def edges_pay(path: Path, g: Geometry, edges: tuple, splits: list, nr: int) -> bool:
@@ -716,12 +726,20 @@ def edges_pay(path: Path, g: Geometry, edges: tuple, splits: list, nr: int) -> b
     edges do less work (ResNet-50's 3x3 at 7x7: 361 of 441 window pixels, as oneDNN's
     own kernels skip them; with the copy, 399) in more, shorter blocks: the whole rows'
     blocks of conv_tile's height, against the inside columns' and each edge column's
-    classes of rows (one call each). Measured (Zen 3, AVX2, one thread, batch 1,
-    interleaved in one process): VPMADDUBSW res5 3x3 +7% against the copy, res4 3x3 +4%,
-    res3 and res2 3x3 and the 3x3/2 layers +1-2.5%; the widening kernel res4 3x3 +4%,
-    res5 3x3 -7% (its 4-row blocks: 5 columns inside take two, as 7 do), which the
-    model refuses. VNNI paths (not measured: a short block there waits on VPDPBUSD's
-    latency) keep the strips-or-copy rule."""
+    classes of rows (one call each). A short block pays where its loads or its B from
+    L2 outweigh its steps. Measured, one thread, batch 1, interleaved in one process,
+    the seven 3x3 layers of ResNet-50 (edges against the copy):
+    - Zen 3, AVX2: VPMADDUBSW +0.5-7% (res5 3x3 +7%); the widening kernel res4 3x3 +4%,
+      three layers 0%, and where the model refuses, res5 3x3 -7% (its 4-row blocks: 5
+      columns inside take two, as 7 do) and res4 3x3/2 -4%; res5 3x3/2 -3% (taken).
+    - Emerald Rapids, AVX-512 without VNNI: all seven gain, VPMADDUBSW +2-8%, the
+      widening kernel +1-5%.
+    - Emerald Rapids, VNNI (not taken): zmm res2 3x3 +4% and res3 3x3/2 +3.5% (the
+      strips, which those take, +3%), res5 3x3 -20%, res4 3x3 -6%, res5 3x3/2 -4.5%;
+      ymm (AVX-VNNI) alike. Not modelled: presumably its short blocks wait on
+      VPDPBUSD's latency, and each call's fixed costs weigh more against steps three
+      times as fast.
+    """
     if path.kind == "vnni":
         return False
     r = conv_tile(path, g, nr)[0]
