@@ -734,20 +734,26 @@ def edges_pay(path: Path, g: Geometry, edges: tuple, splits: list, nr: int) -> b
       columns inside take two, as 7 do) and res4 3x3/2 -4%; res5 3x3/2 -3% (taken).
     - Emerald Rapids, AVX-512 without VNNI: all seven gain, VPMADDUBSW +2-8%, the
       widening kernel +1-5%.
-    - Emerald Rapids, VNNI (not taken): zmm res2 3x3 +4% and res3 3x3/2 +3.5% (the
-      strips, which those take, +3%), res5 3x3 -20%, res4 3x3 -6%, res5 3x3/2 -4.5%;
-      ymm (AVX-VNNI) alike. Not modelled: presumably its short blocks wait on
-      VPDPBUSD's latency, and each call's fixed costs weigh more against steps three
-      times as fast.
+    - Emerald Rapids, VNNI: res2 3x3 +4% on zmm and +6.5% on ymm (the strips +1.5-5%),
+      res5 3x3 on ymm +24% (its 7-pixel rows in blocks of 5 + 2 become one block of 5,
+      the edge columns a block of 5 down the rows); where the model refuses, res5 3x3 on
+      zmm -20% (7x2 blocks: one block a row either way), res4 3x3 -6-9%, res5 3x3/2
+      -5-8% on zmm and -10% on ymm, res3 3x3/2 +1-3.5% on zmm (the strips, taken, +3%).
+      There a block costs as much whatever its height (VPDPBUSD's latency and the B it
+      reads again; the floor of conv_tile's model was not enough: it took res5 3x3/2's
+      one edge column as 2% cheaper), so the model counts whole blocks: the edges must
+      take fewer than the copy, each weighed by the share of K it reads.
     """
-    if path.kind == "vnni":
-        return False
     r = conv_tile(path, g, nr)[0]
+    if path.kind == "vnni":  # a block of any height costs a whole one (see above)
+        part = lambda path, g, rows, n: _block_cycles(path, g, r, n)  # noqa: E731
+    else:
+        part = _part_cycles
     width, runs = g.out[2], g.runs[0]
     parts = [g.window_runs(h) for h in range(g.out[1])]
     share = sum(hi - lo for lo, hi in parts) / runs  # whole rows' worth of the window
     def blocks(rows: int) -> float:  # cycles of a K group of ``rows`` rows in blocks of r
-        return _rows_cycles(path, g, rows, r, nr, _part_cycles)
+        return _rows_cycles(path, g, rows, r, nr, part)
 
     cycles = share * blocks(width - len(edges))
     for _, kw0, kw1 in edges:

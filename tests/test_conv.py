@@ -686,16 +686,16 @@ def test_edge_strips_stay_inside_the_source(isa_path, guarded, where, threads, s
         np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
 
 
-def test_edge_strips_where_they_pay(caches_of):
-    """ResNet-50's 3x3 layers on AVX-512 VNNI (conv.strips_pay), with the caches the rule
-    was measured on: res2's (64 channels: a column tile's B stays in L1, so the strips'
-    extra row blocks cost little) and res3's 3x3/2 (its 56x56 source costs more to copy
-    than its one edge column's blocks read of B again) read the source in place; the
-    others copy it."""
+def test_edge_strips_where_they_pay(caches_of, monkeypatch):
+    """ResNet-50's 3x3 layers on AVX-512 VNNI (conv.strips_pay, edges_pay), with the
+    caches the rule was measured on: res2's (64 channels: a column tile's B stays in L1,
+    so the strips' extra row blocks cost little) and res3's 3x3/2 (its 56x56 source
+    costs more to copy than its one edge column's blocks read of B again) read the source
+    in place, res2's edge columns too; the others copy it. Creation only, so on any CPU."""
     from primitives.conv import ConvolutionDesc as Desc
+    from runtime import isa as isa_mod
 
-    if skip_reason("avx512_core_vnni"):
-        pytest.skip(skip_reason("avx512_core_vnni"))
+    monkeypatch.setattr(isa_mod, "supported", lambda: isa_mod.LADDER)
     caches_of(*EMERALD_RAPIDS)
     for c, size, stride, want in ((64, 56, 1, True), (128, 28, 1, False), (256, 14, 1, False), (512, 7, 1, False),
                                   (128, 56, 2, True), (256, 28, 2, False), (512, 14, 2, False)):
@@ -707,24 +707,30 @@ def test_edge_strips_where_they_pay(caches_of):
             assert (pd._strips is not None) is want, (c, stride, n, threads)
 
 
-def test_edge_columns_on_avx512_emerald_rapids(caches_of, monkeypatch):
+def test_edge_columns_on_emerald_rapids(caches_of, monkeypatch):
     """The rule on Emerald Rapids' caches, where it was measured (conv.edges_pay): without
     VNNI, ResNet-50's seven 3x3 layers all read their edge columns in place (they gained
-    1-8% under both policies); with VNNI none do (four of the seven lost, up to 20%).
+    1-8% under both policies); with VNNI, where a block costs as much whatever its
+    height, res2 3x3 does on both widths (+4-6.5%) and res5 3x3 on ymm (+24%: its 7-pixel
+    rows, 5 + 2 in blocks of 5, become one block of 5 and the edge columns' blocks down
+    the rows); the others copy or take the strips (res5 3x3/2's edges lost 5-8% on zmm).
     Creation only (the kernels are generated, none runs), so on any CPU."""
     from primitives.conv import ConvolutionDesc as Desc
     from runtime import isa as isa_mod
 
     monkeypatch.setattr(isa_mod, "supported", lambda: isa_mod.LADDER)
     caches_of(*EMERALD_RAPIDS)
-    for c, size, stride in ((64, 56, 1), (128, 56, 2), (128, 28, 1), (256, 28, 2), (256, 14, 1), (512, 14, 2),
-                            (512, 7, 1)):
+    layers = ((64, 56, 1), (128, 56, 2), (128, 28, 1), (256, 28, 2), (256, 14, 1), (512, 14, 2), (512, 7, 1))
+    want = {"avx512_core": set(layers), "avx512_core_vnni": {(64, 56, 1)},
+            "avx2_vnni": {(64, 56, 1), (512, 7, 1)}}
+    for c, size, stride in layers:
         out = (size - 1) // stride + 1
-        for isa, policy in (("avx512_core", "faithful"), ("avx512_core", "exact"), ("avx512_core_vnni", "exact")):
+        for isa, policy in (("avx512_core", "faithful"), ("avx512_core", "exact"), ("avx512_core_vnni", "exact"),
+                            ("avx2_vnni", "exact")):
             pd = Desc(desc((1, c, size, size), "u8", "nhwc"), desc((c, c, 3, 3), "s8", "any"),
                       desc((1, c, out, out), "u8", "nhwc"), strides=(stride, stride), padding_l=(1, 1),
                       padding_r=(1, 1), attr=Attr(policy=policy), isa=isa, threads=1)
-            assert (pd._edges is not None) is (isa == "avx512_core"), (c, size, stride, isa, policy)
+            assert (pd._edges is not None) is ((c, size, stride) in want[isa]), (c, size, stride, isa, policy)
 
 
 def test_edge_strips_on_avx2_zen3(caches_of):
