@@ -538,9 +538,7 @@ class Memory:
     def _fit(md: MemoryDesc, array: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
         if array.flags.c_contiguous and (array.shape == shape or
                                          (array.ndim == 1 and array.size == math.prod(shape))):
-            view = array.view()
-            view.shape = shape  # raises rather than copies
-            return view
+            return array.reshape(shape)  # C-contiguous: a view, never a copy
         if md.is_plain and array.shape == md.dims:
             want = tuple(s * array.itemsize for s in md.strides)
             if all(a == w or d == 1 for a, w, d in zip(array.strides, want, md.dims)):

@@ -11,7 +11,7 @@ from primitives.attr import Attr, PostOps
 from primitives.conv_depthwise import DepthwiseConvDesc, depthwise_ref
 from primitives.memory import Memory, desc
 from primitives.reorder import reorder_desc
-from tests.conftest import check_dst_changed_in_place
+from tests.conftest import check_dst_changed_in_place, set_in_place
 
 
 def _layer(c=37, hw=9, stride=1, threads=1, packed=True, binary=False, zp=0, isa=None):
@@ -126,15 +126,15 @@ def test_replay_not_taken_when_arrays_change():
     # A dst (or src) reshaped, retyped or made read-only in place is checked again, and refused.
     check_dst_changed_in_place(lambda: p.execute(args), args["dst"])
     c = args["dst"].shape[-1]
-    args["src"].dtype = np.int8
+    set_in_place(args["src"], "dtype", np.int8)
     with pytest.raises(TypeError, match="src"):
         p.execute(args)
-    args["src"].dtype = np.uint8
+    set_in_place(args["src"], "dtype", np.uint8)
     p.execute(args)
-    args["bias"].shape = (1, c)
+    set_in_place(args["bias"], "shape", (1, c))
     with pytest.raises(ValueError, match="bias"):
         p.execute(args)
-    args["bias"].shape = (c,)
+    set_in_place(args["bias"], "shape", (c,))
     # A missing or extra argument: named, as on the first call.
     p.execute(args)
     with pytest.raises(ValueError, match="bias"):
