@@ -701,8 +701,9 @@ def strips_pay(path: Path, g: Geometry, strips: tuple, splits: list) -> bool:
 # Cycles of one row's step on one B vector (a K group of 4 bytes), where the step's
 # instructions run at the rate of the ports they share: VPDPBUSD two a cycle; the
 # VPMADDUBSW step's three and the widening step's two three a cycle on 256-bit vectors
-# (Intel's three vector ALU ports; Zen's two multiply pipes take the multiplies, its
-# adds go elsewhere), two a cycle on 512-bit ones (Intel's ports 0 and 5).
+# (Intel's three vector ALU ports; on Zen 3 the rate of its two multiplies alone, as
+# its peak loop ran), two a cycle on 512-bit ones (Intel's ports 0 and 5). Calibrated
+# by edges_pay's measurements, not timed per instruction.
 _STEP_CYCLES = {("vnni", 32): 0.5, ("vnni", 64): 0.5, ("maddubsw", 32): 1.0, ("maddubsw", 64): 1.5,
                 ("widen", 32): 2 / 3, ("widen", 64): 1.0}
 
@@ -745,10 +746,11 @@ def edges_pay(path: Path, g: Geometry, edges: tuple, splits: list, nr: int) -> b
       take fewer than the copy, each weighed by the share of K it reads.
     """
     r = conv_tile(path, g, nr)[0]
-    if path.kind == "vnni":  # a block of any height costs a whole one (see above)
-        part = lambda path, g, rows, n: _block_cycles(path, g, r, n)  # noqa: E731
-    else:
-        part = _part_cycles
+
+    def whole(path: Path, g: Geometry, rows: int, n: int) -> float:  # VNNI: any height costs a whole block
+        return _block_cycles(path, g, r, n)
+
+    part = whole if path.kind == "vnni" else _part_cycles
     width, runs = g.out[2], g.runs[0]
     parts = [g.window_runs(h) for h in range(g.out[1])]
     share = sum(hi - lo for lo, hi in parts) / runs  # whole rows' worth of the window
