@@ -19,12 +19,18 @@ How the source is read:
   (``_Convolution._plan``). Output rows at the top and bottom edge skip the window rows
   that lie in the padding (``Geometry.window_runs``), with a column compensation of the
   K runs they read where the padding is not zero (an s8 source, a zero point).
-* Padded, one group, NHWC, channels a multiple of 4, where it pays (``strips_pay``:
-  res2's 3x3, res3's 3x3/2): no copy of the whole source. The output columns whose
-  window stays inside the source's width read it in place (the rows at the top and
-  bottom skip as above); the few edge columns read narrow padded copies of the source's
-  edges, the strips (``Geometry.strips``), which the threads fill in their call lists
-  as they fill the padded copy's rows above.
+* Padded, one group, NHWC, channels a multiple of 4, where it pays
+  (``conv_blocking.strips_pay``: res2's 3x3, res3's 3x3/2): no copy of the whole
+  source. The output columns whose window stays inside the source's width read it in
+  place (the rows at the top and bottom skip as above); the few edge columns read
+  narrow padded copies of the source's edges, the strips (``Geometry.strips``), which
+  the threads fill in their call lists as they fill the padded copy's rows above.
+* The same, where the window's columns fold into each K run and it pays
+  (``conv_blocking.edges_pay``): the edge columns read the source in place too, a call
+  per class of their rows, each K run cut at the side padding
+  (``Geometry.edge_windows``; the kernel skips ``b_pos_skip`` bytes of B after each
+  run) with a compensation of its own. No strips, no copy, and none of the padding's
+  products.
 
 Weights: plain tags are packed at every execution; with ``any`` the descriptor asks for
 a packed layout (:class:`ConvWeightsLayout`): reorder the weights into it once. Packing
@@ -49,23 +55,22 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from itertools import groupby
 
 import numpy as np
 
 from jit.copy_kernel import copy_kernel
-from jit.dot import Path
-from jit.gemm_kernel import DEFAULT_MR, MAX_MR, choose_tile, loop_registers, tallest_tile
+from jit.gemm_kernel import choose_tile
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from primitives.gemm import Choice, candidates, decide, fast_path, tile_vectors
+from primitives.gemm import Choice, candidates, decide, fast_path
+from primitives import conv_blocking as blocking
+from primitives.conv_blocking import b_tile_bytes, column_chunks, conv_tile, edges_pay, flat_tile_rows, strips_pay
 from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
 from primitives.gemm_pack import pack_b, saturation_proof
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
 from runtime import isa as isa_mod
-from runtime.caches import data_caches
 from runtime.ffi import ffi, pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads, split
@@ -73,17 +78,6 @@ from runtime.threads import resolve_threads, split
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 POLICIES = ("exact", "faithful", "halve_weights")
 _ONE = np.ones(1, np.float32)
-
-
-def cache_budgets(caches) -> tuple[int, int]:
-    """(bytes of a column tile's B that stay in L1 across row blocks, bytes of packed B a
-    thread keeps in L2 over its images) for a core's ``runtime.caches.DataCaches``: 5/6
-    of L1 data, half of L2 (tuned on 48 KB and 2 MB)."""
-    l1 = caches.l1d * 5 // 6
-    return l1, max(caches.l2 // 2, l1)
-
-
-_L1_BUDGET, _L2_BUDGET = cache_budgets(data_caches())
 
 
 def _tuple(name: str, value, n: int, lo: int) -> tuple:
@@ -531,7 +525,7 @@ class ConvolutionDesc(PrimitiveDesc):
         if -(-g.ocg // (choice.nr * choice.path.lanes)) < self.threads:
             return False
         b_bytes = g.positions * g.k_per_position * g.ocg
-        if not self._flat_src() and b_bytes <= _L2_BUDGET:
+        if not self._flat_src() and b_bytes <= blocking.L2_BUDGET:
             return False
         return b_bytes >= g.n * _prod(g.src) * g.icg
 
@@ -567,7 +561,7 @@ class ConvolutionDesc(PrimitiveDesc):
         ks = (g.runs[1],) + tuple((hi - lo) * g.k_per_position for _, lo, hi in self._edges or ())
         kspec = choose_tile(choice.path, self.src_s8, output or self.output, choice.nr, mr, positions=True,
                             outer=True, rows=rows, ks=ks, ns=(g.ocg,))
-        if _b_tile_bytes(choice.path, g, choice.nr) > 2 * _L1_BUDGET:
+        if b_tile_bytes(choice.path, g, choice.nr) > 2 * blocking.L1_BUDGET:
             # Each row block reads the tile's B from L2 again, and Intel's L1 prefetchers
             # fall behind that stream: prefetch it ahead of the K loop. (Emerald Rapids,
             # one thread, interleaved on a busy host: 147-295 KB tiles, ResNet-50's 256-
@@ -594,188 +588,6 @@ class ConvolutionDesc(PrimitiveDesc):
 
     def _create_primitive(self):
         return _Convolution(self)
-
-
-def _chunks(packed, items: int, threads: int) -> int:
-    """How many chunks of column tiles a thread with several items sweeps them in: each
-    chunk's B stays in L2 (ResNet-50's 512-channel 3x3 weights are 2.4 MB), rather than
-    all of B streaming from memory again for each image."""
-    return 1 if items <= threads else max(1, -(-packed.data.nbytes // _L2_BUDGET))
-
-
-def _b_tile_bytes(path: Path, g: Geometry, nr: int) -> int:
-    """Bytes of a column tile's B: all of K for nr vectors."""
-    return g.b_rows * (2 if path.kind == "widen" else 1) * nr * path.lanes
-
-
-def _streams_b(path: Path, g: Geometry, nr: int) -> bool:
-    """Whether a column tile's B outgrows L1, so each row block reads it from L2 again."""
-    return _b_tile_bytes(path, g, nr) > _L1_BUDGET
-
-
-def _block_cycles(path: Path, g: Geometry, r: int, n: int) -> float:
-    """conv_tile's model: cycles of one K group of an r-row block of n vectors."""
-    l2 = n * path.vector_bytes / 32 if _streams_b(path, g, n) else 0.0
-    return max(r * n / 2, (r + n) / 2, 5.0, l2)
-
-
-def _rows_cycles(path: Path, g: Geometry, width: int, r: int, n: int, block=None) -> float:
-    """The model's cycles of ``width`` rows as blocks of ``r`` and one block of the rest
-    (each ``block(path, g, rows, n)``: _block_cycles unless given)."""
-    block = block or _block_cycles
-    full, rest = divmod(width, r)
-    return full * block(path, g, r, n) + (block(path, g, rest, n) if rest else 0.0)
-
-
-def conv_tile(path: Path, g: Geometry, nr: int | None = None) -> tuple:
-    """The register block (rows, vectors) for ``g``'s output rows on ``path``: at most
-    GEMM's ``tile_vectors`` (exactly ``nr`` vectors, where given).
-
-    Each output row runs as blocks of ``mr`` rows and one block of the rest, over
-    ceil(ocg / (nr * lanes)) column tiles. Model (Intel AVX-512 cores: two dot products
-    and two loads a cycle, L2 feeding about 32 bytes a cycle), per K group of a block
-    of r rows: max(r * nr / 2, (r + nr) / 2, 5 (the latency each accumulator waits),
-    nr vectors of B / 32 bytes when the tile's B does not stay in L1) cycles; the
-    cheapest (rows, vectors) within 3% of the best wins, wider first, then taller.
-    Measured here (one thread): 7x7 rows with 512 channels, 7x2 or 7x3 rather than 4+3
-    rows of 4x4, +4-9% (B streams from L2 at each block); 14 wide: 5+5+4 rows of 4x4;
-    56: 6 x 9 + 2.
-    """
-    width, widest = g.out[2], tile_vectors(path, g.ocg)
-    if g.flat:  # (the height is flat_tile_rows' to choose, from the rows of each thread)
-        return DEFAULT_MR, widest if nr is None else nr
-    if nr is None:  # narrower tiles only to spare L2
-        widths = range(widest, 0, -1) if _streams_b(path, g, widest) else (widest,)
-    else:
-        widths = (nr,)
-    costs = {}
-    for n in widths:
-        tiles = -(-g.ocg // (n * path.lanes))
-        # The full width: no taller than its K loop fits (choose_tile trims further where
-        # the output stage needs more); a narrower one must fit with an s8 source and 2
-        # registers for the output stage.
-        top = min(DEFAULT_MR, tallest_tile(path, n)) if n == widest else MAX_MR
-        for r in range(1, min(top, width) + 1):
-            if n < widest and loop_registers(path, r, n, s8_src=True) > path.registers - 2:
-                break
-            costs[(n, r)] = tiles * _rows_cycles(path, g, width, r, n)
-    best = min(costs.values())
-    n, r = max(key for key, cost in costs.items() if cost <= 1.03 * best)
-    return r, n
-
-
-def strips_pay(path: Path, g: Geometry, strips: tuple, splits: list) -> bool:
-    """Whether reading a padded source in place with edge strips (``Geometry.strips``:
-    the columns inside as shorter rows, each edge column down the rows of ``splits``)
-    beats the padded copy, which reads and writes each source byte once per call.
-
-    The strips take more, shorter row blocks. Where a column tile's B stays in L1,
-    conv_tile's model decides: the strips' blocks must cost no more cycles than the
-    whole rows'. Where B streams from L2, each extra block reads its tile's B again:
-    the strips must read less extra B than twice the bytes the copy moves.
-    Measured, one thread, the same layer both ways interleaved in one process (batch 1
-    and 8): res2 3x3 (B in L1) +1.5-4% (+3-6% on two threads); res3 3x3/2 (401 KB of
-    source an image against 737 KB of extra B) +3-4%; and where the rule says copy,
-    res4 3x3/2 (200 KB against 1.8 MB) -0-2%, res5 3x3/2 -2-5%, res3 3x3 -3-5%, res4
-    3x3 -1-8%, res5 3x3 -13-15%. A source that fits L1 is copied: its copy costs next
-    to nothing, and fewer blocks did not make up for the strips (Zen 3, AVX2, res5 3x3
-    at batch 1, fresh processes alternating: the copy 8-17% faster under exact, where 5-row
-    blocks made the strips 11 blocks against the copy's 14; -2 to +10% under faithful).
-    """
-    r, n = conv_tile(path, g)
-    left, right = strips[:2]
-    width, rows = g.out[2], g.out[1]
-    edge_rows = [h1 - h0 for h0, h1 in splits]  # an edge column's rows, item by item
-    if not _streams_b(path, g, n):
-        edges = (left + right) * sum(_rows_cycles(path, g, m, r, n) for m in edge_rows)
-        inside = rows * _rows_cycles(path, g, width - left - right, r, n)
-        return inside + edges <= rows * _rows_cycles(path, g, width, r, n)
-    if _prod(g.src) * g.icg <= _L1_BUDGET:
-        return False
-    extra = (rows * -(-(width - left - right) // r) + (left + right) * sum(-(-m // r) for m in edge_rows)
-             - rows * -(-width // r))  # row blocks an image
-    tiles = -(-g.ocg // (n * path.lanes))
-    return extra * tiles * _b_tile_bytes(path, g, n) < 2 * _prod(g.src) * g.icg
-
-
-# Cycles of one row's step on one B vector (a K group of 4 bytes), where the step's
-# instructions run at the rate of the ports they share: VPDPBUSD two a cycle; the
-# VPMADDUBSW step's three and the widening step's two three a cycle on 256-bit vectors
-# (Intel's three vector ALU ports; on Zen 3 the rate of its two multiplies alone, as
-# its peak loop ran), two a cycle on 512-bit ones (Intel's ports 0 and 5). Calibrated
-# by edges_pay's measurements, not timed per instruction.
-_STEP_CYCLES = {("vnni", 32): 0.5, ("vnni", 64): 0.5, ("maddubsw", 32): 1.0, ("maddubsw", 64): 1.5,
-                ("widen", 32): 2 / 3, ("widen", 64): 1.0}
-
-
-def _part_cycles(path: Path, g: Geometry, r: int, n: int) -> float:
-    """edges_pay's model: cycles of one K group of an r-row block of n vectors: its steps
-    at _STEP_CYCLES (the widening path's two B vectors per vector), its r + n loads at
-    two a cycle, its B from L2 where the tile outgrows L1; no floor of 5 cycles
-    (VPDPBUSD's latency): on these paths an accumulator waits on one VPADDD."""
-    b_vectors = n * (2 if path.kind == "widen" else 1)
-    l2 = b_vectors * path.vector_bytes / 32 if _streams_b(path, g, n) else 0.0
-    return max(r * b_vectors * _STEP_CYCLES[path.kind, path.vector_bytes], (r + b_vectors) / 2, l2)
-
-
-def edges_pay(path: Path, g: Geometry, edges: tuple, splits: list, nr: int) -> bool:
-    """Whether the edge columns read in place, their windows cut at the side padding
-    (``Geometry.edge_windows``), beat the padded copy on ``path``'s kernel of ``nr``
-    vectors.
-
-    Model: per row block, _part_cycles times the share of the window's K it reads. The
-    edges do less work (ResNet-50's 3x3 at 7x7: 361 of 441 window pixels, as oneDNN's
-    own kernels skip them; with the copy, 399) in more, shorter blocks: the whole rows'
-    blocks of conv_tile's height, against the inside columns' and each edge column's
-    classes of rows (one call each). A short block pays where its loads or its B from
-    L2 outweigh its steps. Measured, one thread, batch 1, interleaved in one process,
-    the seven 3x3 layers of ResNet-50 (edges against the copy):
-    - Zen 3, AVX2: VPMADDUBSW +0.5-7% (res5 3x3 +7%); the widening kernel res4 3x3 +4%,
-      three layers 0%, and where the model refuses, res5 3x3 -7% (its 4-row blocks: 5
-      columns inside take two, as 7 do) and res4 3x3/2 -4%; res5 3x3/2 -3% (taken).
-    - Emerald Rapids, AVX-512 without VNNI: all seven gain, VPMADDUBSW +2-8%, the
-      widening kernel +1-5%.
-    - Emerald Rapids, VNNI: res2 3x3 +4% on zmm and +6.5% on ymm (the strips +1.5-5%),
-      res5 3x3 on ymm +24% (its 7-pixel rows in blocks of 5 + 2 become one block of 5,
-      the edge columns a block of 5 down the rows); where the model refuses, res5 3x3 on
-      zmm -20% (7x2 blocks: one block a row either way), res4 3x3 -6-9%, res5 3x3/2
-      -5-8% on zmm and -10% on ymm, res3 3x3/2 +1-3.5% on zmm (the strips, taken, +3%).
-      There a block costs as much whatever its height (VPDPBUSD's latency and the B it
-      reads again; the floor of conv_tile's model was not enough: it took res5 3x3/2's
-      one edge column as 2% cheaper), so the model counts whole blocks: the edges must
-      take fewer than the copy, each weighed by the share of K it reads.
-    """
-    r = conv_tile(path, g, nr)[0]
-
-    def whole(path: Path, g: Geometry, rows: int, n: int) -> float:  # VNNI: any height costs a whole block
-        return _block_cycles(path, g, r, n)
-
-    part = whole if path.kind == "vnni" else _part_cycles
-    width, runs = g.out[2], g.runs[0]
-    parts = [g.window_runs(h) for h in range(g.out[1])]
-    share = sum(hi - lo for lo, hi in parts) / runs  # whole rows' worth of the window
-    def blocks(rows: int) -> float:  # cycles of a K group of ``rows`` rows in blocks of r
-        return _rows_cycles(path, g, rows, r, nr, part)
-
-    cycles = share * blocks(width - len(edges))
-    for _, kw0, kw1 in edges:
-        for h0, h1 in splits:  # a call per run of rows that read the same window rows
-            for (lo, hi), rows in groupby(parts[h0:h1]):
-                cycles += (hi - lo) / runs * (kw1 - kw0) / g.run_kw * blocks(len(list(rows)))
-    return cycles <= share * blocks(width)
-
-
-def flat_tile_rows(path: Path, g: Geometry, nr: int, rows: tuple) -> int:
-    """The block height for a 1x1 convolution run as one GEMM over ``rows`` pixels a
-    thread: the one whose blocks cost least on the longest part (conv_tile's model;
-    GEMM's own height unless another is more than 1% cheaper). Thousands of rows cost the
-    same at any height from 3; res5's 49 pixels (batch 1) run as 9 x 5 + 4 rather than
-    8 x 6 + 1 (the model: 3% fewer cycles; measured, one thread, 2048->512 and 512->2048
-    interleaved with oneDNN: best of 20 windows +1-2% in 4 of 5 runs, -1% in one).
-    """
-    cost = {r: max(_rows_cycles(path, g, m, r, nr) for m in rows) for r in range(DEFAULT_MR, 0, -1)}
-    best = min(cost, key=cost.get)
-    return DEFAULT_MR if cost[DEFAULT_MR] <= 1.01 * cost[best] else best
 
 
 def _prod(t) -> int:
@@ -1016,7 +828,7 @@ class _Convolution(GemmKernels, Primitive):
         copied = [set() for _ in range(threads)]  # id() of the copies each thread has run
         all_items, keep = [], [layouts]
         for grp, (packed, choice) in enumerate(packs):
-            n_chunks = _chunks(packed, len(items), threads)  # sweeps of a thread's items
+            n_chunks = column_chunks(packed, len(items), threads)  # sweeps of a thread's items
             if by_columns:  # thread t: its tiles, every item
                 work = [(items, [tiles]) for tiles in split(packed.tiles, threads)]
             else:  # thread t: its items, all tiles (in L2-sized chunks)
@@ -1160,7 +972,7 @@ class _Convolution(GemmKernels, Primitive):
         needs each image where its copy left it; threads that share an image (more threads
         than images) write their rows of it."""
         threads = min(self.pd.threads, count)
-        if by_columns or len(packs) != 1 or _chunks(packs[0][0], count, threads) != 1 \
+        if by_columns or len(packs) != 1 or column_chunks(packs[0][0], count, threads) != 1 \
                 or threads > self.pd.geometry.n:  # (the buffer holds one padded image an image)
             return None
         return [t for t, (b, e) in enumerate(split(count, threads)) for _ in range(b, e)]

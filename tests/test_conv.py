@@ -203,16 +203,16 @@ def wide_problems(draw):
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(p=wide_problems())
 def test_wide_conv_matches_model(isa_path, p):
-    import primitives.conv as conv
-    from primitives.conv import cache_budgets
+    import primitives.conv_blocking as blocking
     from runtime.caches import DataCaches
 
-    saved = conv._L1_BUDGET, conv._L2_BUDGET
-    conv._L1_BUDGET, conv._L2_BUDGET = cache_budgets(DataCaches(l1d=p["caches"][0], l2=p["caches"][1], source="test"))
+    saved = blocking.L1_BUDGET, blocking.L2_BUDGET
+    blocking.L1_BUDGET, blocking.L2_BUDGET = blocking.cache_budgets(
+        DataCaches(l1d=p["caches"][0], l2=p["caches"][1], source="test"))
     try:
         got, want = run_case(p, isa_path)
     finally:
-        conv._L1_BUDGET, conv._L2_BUDGET = saved
+        blocking.L1_BUDGET, blocking.L2_BUDGET = saved
     f32 = got.dtype == np.float32
     np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
 
@@ -233,10 +233,10 @@ def test_short_rows_and_l2_order(isa_path, chunked, monkeypatch):
     """Output rows of 5 pixels whose weights tile does not stay in L1 (96 channels x 3x3):
     conv_tile may trade vectors for rows (up to 9-row blocks); and with ``chunked`` the
     thread sweeps its two images once per column tile (the L2 order), bit for bit."""
-    import primitives.conv as conv
+    import primitives.conv_blocking as blocking
 
     if chunked:
-        monkeypatch.setattr(conv, "_L2_BUDGET", 1)  # one chunk per column tile
+        monkeypatch.setattr(blocking, "L2_BUDGET", 1)  # one chunk per column tile
     p = dict(sp=2, groups=1, icg=96, ocg=72, ker=(3, 3), dil=(0, 0), pad_l=(1, 1), pad_r=(1, 1), strides=(1, 1),
              size=(5, 5), n=2, src_dt="s8" if chunked else "u8", dst_dt="s8", zp_src=3, wscale="oc", s_src=0.05, zp_dst=2,
              bias=True, post=[("sum", 0.5, 1), ("binary", "add", "col"), ("eltwise", "relu", 0.0, 0.0)], layout=0,
@@ -308,11 +308,11 @@ def test_threads_split_columns(isa_path, ker, monkeypatch):
     """Two threads and one image whose weights outweigh it: the threads take column tiles
     (every pixel each), flat (1x1) and row by row (3x3, 7 output rows: its weights made
     to outgrow L2's share, as res5's do), bit for bit."""
-    import primitives.conv as conv
+    import primitives.conv_blocking as blocking
     from primitives.conv import ConvolutionDesc as Desc
 
     if ker == 3:
-        monkeypatch.setattr(conv, "_L2_BUDGET", 50 << 10)
+        monkeypatch.setattr(blocking, "L2_BUDGET", 50 << 10)
     pad = ker // 2
     p = dict(sp=2, groups=1, icg=64, ocg=100, ker=(ker, ker), dil=(0, 0), pad_l=(pad, pad), pad_r=(pad, pad),
              strides=(1, 1), size=(7, 7), n=1, src_dt="u8", dst_dt="u8", zp_src=None, wscale="oc", s_src=0.05,
@@ -346,13 +346,13 @@ def test_stem_channels_unpadded(isa_path, icg):
 def caches_of(monkeypatch):
     """``caches_of(l1d, l2)``: the convolution's blocking budgets for a core with those
     caches, whatever this machine has (the model's picks depend on them)."""
-    import primitives.conv as conv
+    import primitives.conv_blocking as blocking
     from runtime.caches import DataCaches
 
     def pretend(l1d: int, l2: int) -> None:
-        l1_budget, l2_budget = conv.cache_budgets(DataCaches(l1d=l1d, l2=l2, source="test"))
-        monkeypatch.setattr(conv, "_L1_BUDGET", l1_budget)
-        monkeypatch.setattr(conv, "_L2_BUDGET", l2_budget)
+        l1_budget, l2_budget = blocking.cache_budgets(DataCaches(l1d=l1d, l2=l2, source="test"))
+        monkeypatch.setattr(blocking, "L1_BUDGET", l1_budget)
+        monkeypatch.setattr(blocking, "L2_BUDGET", l2_budget)
     return pretend
 
 
@@ -365,7 +365,8 @@ def test_conv_tile_model(caches_of):
     stays in L1 or rows are long, 7-row blocks of 2 vectors at 7 pixels with 512 channels.
     With a Zen 4 core's 32 KB of L1, res2's 37 KB column tile of B streams from L2, and
     shorter blocks of 4 rows take it."""
-    from primitives.conv import Geometry, conv_tile
+    from primitives.conv import Geometry
+    from primitives.conv_blocking import conv_tile
     from primitives.gemm import fast_path
 
     def tile(c, width, isa="avx512_core_vnni"):
@@ -385,7 +386,8 @@ def test_conv_tile_model(caches_of):
 def test_flat_tile_rows_fit_the_pixel_count(caches_of):
     """A 1x1 layer's block height follows its pixel count: res5's 49 pixels as 9 x 5 + 4
     rather than 8 x 6 + 1; thousands of pixels keep the tallest block."""
-    from primitives.conv import Geometry, flat_tile_rows
+    from primitives.conv import Geometry
+    from primitives.conv_blocking import flat_tile_rows
     from primitives.gemm import fast_path
 
     caches_of(*EMERALD_RAPIDS)
@@ -470,7 +472,7 @@ def test_big_weight_tiles_prefetch_b_ahead(isa_path):
     """A column tile of B more than twice L1's share (256 channels x 3x3 on AVX-512; AVX2
     narrows its tiles instead) is prefetched ahead of the K loop; a small one (32
     channels) is not; both bit for bit."""
-    import primitives.conv as conv
+    import primitives.conv_blocking as blocking
     from primitives.conv import ConvolutionDesc as Desc
 
     for icg, big in ((256, True), (32, False)):
@@ -483,7 +485,7 @@ def test_big_weight_tiles_prefetch_b_ahead(isa_path):
         pd = Desc(desc((1, icg, 5, 6), "u8", "nhwc"), desc((40, icg, 3, 3), "s8", "any"),
                   desc((1, 40, 5, 6), "u8", "nhwc"), padding_l=(1, 1), padding_r=(1, 1), isa=isa_path)
         kspec = pd._kernel_for(pd.fast).meta["kspec"]
-        want = conv._b_tile_bytes(kspec.path, pd.geometry, kspec.nr) > 2 * conv._L1_BUDGET
+        want = blocking.b_tile_bytes(kspec.path, pd.geometry, kspec.nr) > 2 * blocking.L1_BUDGET
         assert bool(kspec.prefetch_ahead) is want and (want or not big or kspec.path.bits == 256)
 
 
@@ -613,7 +615,7 @@ STRIP_CASES = [  # (size, ker, strides, dilation, pad_l, pad_r): left/right edge
 
 @pytest.fixture(params=["edges in place", "strips"])
 def strips_always(monkeypatch, request):
-    """Edge strips wherever Geometry.strips allows them, whatever conv.strips_pay says;
+    """Edge strips wherever Geometry.strips allows them, whatever conv_blocking.strips_pay says;
     their edge columns read in place where Geometry.edge_windows allows it, or always
     from the strips."""
     import primitives.conv as conv
@@ -687,7 +689,7 @@ def test_edge_strips_stay_inside_the_source(isa_path, guarded, where, threads, s
 
 
 def test_edge_strips_where_they_pay(caches_of, monkeypatch):
-    """ResNet-50's 3x3 layers on AVX-512 VNNI (conv.strips_pay, edges_pay), with the
+    """ResNet-50's 3x3 layers on AVX-512 VNNI (conv_blocking.strips_pay, edges_pay), with the
     caches the rule was measured on: res2's (64 channels: a column tile's B stays in L1,
     so the strips' extra row blocks cost little) and res3's 3x3/2 (its 56x56 source
     costs more to copy than its one edge column's blocks read of B again) read the source
@@ -708,7 +710,7 @@ def test_edge_strips_where_they_pay(caches_of, monkeypatch):
 
 
 def test_edge_columns_on_emerald_rapids(caches_of, monkeypatch):
-    """The rule on Emerald Rapids' caches, where it was measured (conv.edges_pay): without
+    """The rule on Emerald Rapids' caches, where it was measured (conv_blocking.edges_pay): without
     VNNI, ResNet-50's seven 3x3 layers all read their edge columns in place (they gained
     1-8% under both policies); with VNNI, where a block costs as much whatever its
     height, res2 3x3 does on both widths (+4-6.5%) and res5 3x3 on ymm (+24%: its 7-pixel
@@ -735,7 +737,7 @@ def test_edge_columns_on_emerald_rapids(caches_of, monkeypatch):
 
 def test_edge_strips_on_avx2_zen3(caches_of):
     """The rules on AVX2 with a Zen 3 core's caches (32 KB L1, 512 KB L2), where the picks
-    were measured (conv.edges_pay, strips_pay): the 3x3 layers read their source in place,
+    were measured (conv_blocking.edges_pay, strips_pay): the 3x3 layers read their source in place,
     the edge columns too (their windows cut at the padding), but where the widening
     kernel (exact, full-range weights) would take more blocks than the copy's whole rows:
     there res5 3x3's 25 KB image is copied (it fits L1: the copy costs next to nothing,

@@ -541,12 +541,12 @@ def test_caches_fall_back_to_the_default(tmp_path, broken):
 
 def test_conv_budgets_follow_the_caches():
     """The convolution's blocking budgets come from this machine's caches."""
-    import primitives.conv as conv
+    import primitives.conv_blocking as blocking
     from runtime.caches import data_caches
 
     caches = data_caches()
-    assert conv._L1_BUDGET == caches.l1d * 5 // 6
-    assert conv._L2_BUDGET == max(caches.l2 // 2, conv._L1_BUDGET)
+    assert blocking.L1_BUDGET == caches.l1d * 5 // 6
+    assert blocking.L2_BUDGET == max(caches.l2 // 2, blocking.L1_BUDGET)
 
 
 def test_cpu_probe_reports_the_caches():

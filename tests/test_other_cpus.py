@@ -38,15 +38,15 @@ def test_suite_subset_on_a_cpu_with_fewer_paths(level):
 
 
 def test_convolution_tests_with_a_zen4_cores_caches():
-    """The convolution's blocking follows the core's caches (``primitives.conv``'s
+    """The convolution's blocking follows the core's caches (``primitives.conv_blocking``'s
     budgets, from sysfs). Its tests run here as on an AMD Zen 4 core, 32 KB of L1 data
     and 1 MB of L2 (conftest's INT8JIT_TEST_CACHES), where other tiles and plans are
     chosen (res2's 3x3: blocks of 4 rows, not 6): exact all the same, and the tests of
     the model's picks pin the caches they were measured with."""
     env = dict(os.environ, INT8JIT_TEST_CACHES="32K,1M", PYTHONDONTWRITEBYTECODE="1")
     env.pop("INT8JIT_TEST_CPU", None)
-    probe = subprocess.run([sys.executable, "-c", "import tests.conftest, primitives.conv as c; "
-                            "print(c._L1_BUDGET, c._L2_BUDGET)"],
+    probe = subprocess.run([sys.executable, "-c", "import tests.conftest, primitives.conv_blocking as c; "
+                            "print(c.L1_BUDGET, c.L2_BUDGET)"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert probe.stdout.split() == [str(32 * 1024 * 5 // 6), str(512 * 1024)], probe.stdout + probe.stderr
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
