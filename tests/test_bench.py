@@ -172,3 +172,21 @@ def test_conv_policy_rows_share_operands_and_faithful_equals_onednn(tmp_path):
     header = next(line for line in md.read_text().splitlines() if line.startswith("| problem")).split(" | ")
     assert len(rows) == 1 and rows[0][0] == "| res2 1x1 64->64 [faithful]"
     assert rows[0][header.index("check")].strip() == "=", rows
+
+
+def test_conv_sources_times_each_way_with_equal_outputs(capsys):
+    """``int8jit-bench conv-sources``: one primitive per way of reading the source, their
+    outputs compared, a time and ratio each; the conv module's rules are restored after."""
+    import primitives.conv as conv
+    from tools import conv_sources
+
+    rules = conv.strips_pay, conv.edges_pay
+    assert bench.main(["conv-sources", "--layers", "res5 3x3 512", "--variants", "copy,edges,strips",
+                       "--seconds", "0.01"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("res5 3x3 512->512")]
+    assert len(lines) == 1 and "OUTPUTS DIFFER" not in lines[0], lines
+    assert all(f"{name}=" in lines[0] for name in ("copy", "edges", "strips")) and "(1.000)" in lines[0]
+    assert (conv.strips_pay, conv.edges_pay) == rules
+    with pytest.raises(ValueError, match="--variants"):
+        with conv_sources.variant("mirror"):
+            pass

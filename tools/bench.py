@@ -176,10 +176,11 @@ def int8jit_gemm_callable(kind, M, N, K, isa, threads, policy, A, B, C):
     return call, g.impl_info()
 
 
-from tools import bench_primitives  # noqa: E402  (the primitive benches, each with its own main)
+from tools import bench_primitives, conv_sources  # noqa: E402  (the primitive benches, each with its own main)
 
 BENCHES = {"gemm": GemmBench, "matmul": bench_primitives.MatmulCommand, "ip": bench_primitives.IpCommand,
-           "conv": bench_primitives.ConvCommand, "pool": bench_primitives.PoolCommand}
+           "conv": bench_primitives.ConvCommand, "pool": bench_primitives.PoolCommand,
+           "conv-sources": conv_sources}
 
 
 # ------------------------------------------------------------------ the machine

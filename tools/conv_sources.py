@@ -1,0 +1,97 @@
+"""int8jit-bench conv-sources: a convolution's ways of reading its source, timed in one process.
+
+int8jit alone, the blocking model's A/B:
+
+    int8jit-bench conv-sources --isa avx2 --layers 3x3 --variants model,copy,edges,strips
+    int8jit-bench conv-sources --policy exact --layers "res5 3x3 512" --threads 2
+
+For each ResNet-50 layer of ``int8jit-bench conv`` whose name contains one of
+``--layers`` (comma-separated; depthwise layers left out), one primitive per variant:
+
+* ``model``: what ``primitives.conv_blocking`` picks for this machine's caches;
+* ``copy``: the padded copy of the whole source;
+* ``strips``: the inside columns in place, the edge columns from padded strips;
+* ``edges``: every column in place, the edge columns' windows cut at the padding.
+
+A variant the layer cannot take (a 1x1 layer has no padding) falls back to what the
+layer can do, as the primitive would. Each round times a window of three calls of each
+variant in turn; a figure is the best window (the least disturbed by the host), and the
+ratio is the first variant's time over this one's (above 1: faster than the first). The
+outputs are compared: "OUTPUTS DIFFER" would be a bug. This is how the README's edge and
+strip measurements were taken.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import contextmanager
+
+VARIANTS = ("model", "copy", "strips", "edges")
+
+
+@contextmanager
+def variant(name: str):
+    """Make the convolutions created inside take ``name``'s way of reading the source."""
+    import primitives.conv as conv
+
+    patches = {"model": {}, "copy": {"strips_pay": False, "edges_pay": False},
+               "strips": {"strips_pay": True, "edges_pay": False}, "edges": {"strips_pay": True, "edges_pay": True}}
+    if name not in patches:
+        raise ValueError(f"--variants: {name!r} is not one of {', '.join(VARIANTS)}")
+    saved = {attr: getattr(conv, attr) for attr in patches[name]}
+    for attr, answer in patches[name].items():
+        setattr(conv, attr, lambda *args, _answer=answer: _answer)
+    try:
+        yield
+    finally:
+        for attr, value in saved.items():
+            setattr(conv, attr, value)
+
+
+def main(argv=None) -> int:
+    import numpy as np
+
+    from primitives import primitive_cache
+    from runtime.isa import effective_isa
+    from tools import bench_primitives as bp
+
+    ap = argparse.ArgumentParser(prog="int8jit-bench conv-sources", description=__doc__.split("\n")[0])
+    ap.add_argument("--isa", help="the ISA path (default: the CPU's best)")
+    ap.add_argument("--policy", default="faithful", help="overflow policy (default faithful)")
+    ap.add_argument("--layers", default="3x3", help="comma-separated parts of layer names (default 3x3)")
+    ap.add_argument("--variants", default="model,copy,edges,strips",
+                    help=f"comma-separated, the first the reference ({', '.join(VARIANTS)})")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=3.0, help="timed seconds per layer (default 3)")
+    args = ap.parse_args(argv)
+    isa = args.isa or effective_isa()
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    parts = [p.strip() for p in args.layers.split(",") if p.strip()]
+    print(f"ISA path {isa}, policy {args.policy}, {args.threads} thread(s), batch {args.batch}; "
+          f"ratio = {names[0]}'s time / the variant's")
+    for layer in bp.CONV_LAYERS:
+        if " dw " in layer["label"] or not any(p in layer["label"] for p in parts):
+            continue
+        case = dict(layer, prim="conv", N=args.batch, policy=args.policy)
+        sides = []
+        for name in names:
+            with variant(name):
+                primitive_cache.clear()  # each variant its own primitive
+                sides.append(bp._int8jit_conv(case, isa, args.threads))
+        outs = []
+        for side in sides:
+            side.call()
+            outs.append(side.out.copy())
+        same = all(np.array_equal(o, outs[0]) for o in outs[1:])
+        best = [float("inf")] * len(sides)
+        end = time.perf_counter() + args.seconds
+        while time.perf_counter() < end or max(best) == float("inf"):
+            for i, side in enumerate(sides):
+                t0 = time.perf_counter()
+                for _ in range(3):
+                    side.call()
+                best[i] = min(best[i], (time.perf_counter() - t0) / 3)
+        cells = " ".join(f"{n}={b * 1e3:.3f}ms({best[0] / b:.3f})" for n, b in zip(names, best))
+        print(f"{layer['label']:28s} {cells}" + ("" if same else "  OUTPUTS DIFFER"), flush=True)
+    return 0
