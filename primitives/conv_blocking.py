@@ -175,7 +175,8 @@ def edges_pay(path: Path, g: Geometry, edges: tuple, splits: list, nr: int) -> b
     the seven 3x3 layers of ResNet-50 (edges against the copy):
     - Zen 3, AVX2: VPMADDUBSW +0.5-7% (res5 3x3 +7%); the widening kernel res4 3x3 +4%,
       three layers 0%, and where the model refuses, res5 3x3 -7% (its 4-row blocks: 5
-      columns inside take two, as 7 do) and res4 3x3/2 -4%; res5 3x3/2 -3% (taken).
+      columns inside take two, as 7 do) and res4 3x3/2 -4%; res5 3x3/2 -3% in one run,
+      +1% in another (taken).
     - Emerald Rapids, AVX-512 without VNNI: all seven gain, VPMADDUBSW +2-8%, the
       widening kernel +1-5%.
     - Emerald Rapids, VNNI: res2 3x3 +4% on zmm and +6.5% on ymm (the strips +1.5-5%),
