@@ -141,21 +141,20 @@ def strips_pay(path: Path, g: Geometry, strips: tuple, splits: list) -> bool:
     return extra * tiles * b_tile_bytes(path, g, n) < 2 * math.prod(g.src) * g.icg
 
 
-# Cycles of one row's step on one B vector (a K group of 4 bytes), where the step's
-# instructions run at the rate of the ports they share: VPDPBUSD two a cycle; the
-# VPMADDUBSW step's three and the widening step's two three a cycle on 256-bit vectors
-# (Intel's three vector ALU ports; on Zen 3 the rate of its two multiplies alone, as
-# its peak loop ran), two a cycle on 512-bit ones (Intel's ports 0 and 5). Calibrated
-# by edges_pay's measurements, not timed per instruction.
-_STEP_CYCLES = {("vnni", 32): 0.5, ("vnni", 64): 0.5, ("maddubsw", 32): 1.0, ("maddubsw", 64): 1.5,
-                ("widen", 32): 2 / 3, ("widen", 64): 1.0}
+# Cycles of one row's step on one B vector (a K group of 4 bytes) on the non-VNNI paths,
+# where the step's instructions run at the rate of the ports they share: the VPMADDUBSW
+# step's three and the widening step's two three a cycle on 256-bit vectors (Intel's
+# three vector ALU ports; on Zen 3 the rate of its two multiplies alone, as its peak
+# loop ran), two a cycle on 512-bit ones (Intel's ports 0 and 5). Calibrated by
+# edges_pay's measurements, not timed per instruction. (VNNI: edges_pay counts blocks.)
+_STEP_CYCLES = {("maddubsw", 32): 1.0, ("maddubsw", 64): 1.5, ("widen", 32): 2 / 3, ("widen", 64): 1.0}
 
 
 def _part_cycles(path: Path, g: Geometry, r: int, n: int) -> float:
-    """edges_pay's model: cycles of one K group of an r-row block of n vectors: its steps
-    at _STEP_CYCLES (the widening path's two B vectors per vector), its r + n loads at
-    two a cycle, its B from L2 where the tile outgrows L1; no floor of 5 cycles
-    (VPDPBUSD's latency): on these paths an accumulator waits on one VPADDD."""
+    """edges_pay's model on the non-VNNI paths: cycles of one K group of an r-row block of
+    n vectors: its steps at _STEP_CYCLES (the widening path's two B vectors per vector),
+    its r + n loads at two a cycle, its B from L2 where the tile outgrows L1; no floor of
+    5 cycles (VPDPBUSD's latency): an accumulator here waits on one VPADDD."""
     b_vectors = n * (2 if path.kind == "widen" else 1)
     l2 = b_vectors * path.vector_bytes / 32 if _streams_b(path, g, n) else 0.0
     return max(r * b_vectors * _STEP_CYCLES[path.kind, path.vector_bytes], (r + b_vectors) / 2, l2)
