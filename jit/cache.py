@@ -5,7 +5,9 @@ listing) keyed by a hash of the library version, the code generators' sources an
 maps the code without paying PeachPy again. Writes go to a temporary file and are
 renamed into place, so two processes writing the same entry at once are safe. The folder
 is ``INT8JIT_CACHE_DIR`` (default ``~/.cache/int8jit``), bounded by
-``INT8JIT_CACHE_MAX_MB`` (default 256; the oldest entries go first);
+``INT8JIT_CACHE_MAX_MB`` (default 256; the oldest entries go first, when a write draws
+a prune: about once per 1/16 of the bound written, so the folder may pass the bound by
+about that much between prunes);
 ``INT8JIT_DISK_CACHE=0`` turns it off. The sources' digest (:func:`_code_digest`) is of
 their names, sizes and modification times.
 """
@@ -15,6 +17,7 @@ import contextlib
 import hashlib
 import os
 import pickle
+import random
 import tempfile
 import threading
 from typing import Callable, Hashable
@@ -107,28 +110,40 @@ def _write_disk(key: Hashable, generated: GeneratedCode) -> None:
     key_text = repr(key)
     data = pickle.dumps((key_text, generated), protocol=pickle.HIGHEST_PROTOCOL)
     if _write_atomically(_path(key_text), data):
-        with contextlib.suppress(OSError):
-            _prune(cache_dir())
+        limit = _limit_bytes()
+        # Pruning stats every entry (a full 256 MB folder: ~48,000 files, 200 ms), so it
+        # runs at random, with odds of the bytes written against 1/16 of the bound: about
+        # once per 1/16 of the bound written, by all processes together, whatever their
+        # lifetimes (a short process that writes one kernel rarely pays for it).
+        if _rng.random() * limit / 16 < len(data):
+            with contextlib.suppress(OSError):
+                _prune(cache_dir(), limit)
 
 
-def _prune(folder: str) -> None:
-    limit = float(os.environ.get("INT8JIT_CACHE_MAX_MB", "256")) * 2**20
+def _limit_bytes() -> float:
+    return float(os.environ.get("INT8JIT_CACHE_MAX_MB", "256")) * 2**20
+
+
+_rng = random.Random()
+
+
+def _prune(folder: str, limit: float) -> None:
+    """Remove the oldest entries until the folder's entries total ``limit`` bytes or less."""
     entries = []
-    for name in os.listdir(folder):
-        if name.endswith(".kernel"):
-            try:
-                st = os.stat(os.path.join(folder, name))
-            except OSError:
-                continue
-            entries.append((st.st_mtime, st.st_size, name))
+    with os.scandir(folder) as it:
+        for entry in it:
+            if entry.name.endswith(".kernel"):
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                entries.append((st.st_mtime, st.st_size, entry.path))
     total = sum(size for _, size, _ in entries)
-    for _, size, name in sorted(entries):
+    for _, size, path in sorted(entries):
         if total <= limit:
             break
-        try:
-            os.remove(os.path.join(folder, name))
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            os.remove(path)
         total -= size
 
 

@@ -252,6 +252,46 @@ def test_corrupt_disk_entry_is_regenerated(tmp_path):
     assert again["stats"]["generated"] == 1
 
 
+def _entries(folder) -> dict:
+    return {p: os.path.getsize(os.path.join(folder, p)) for p in os.listdir(folder) if p.endswith(".kernel")}
+
+
+def test_disk_cache_keeps_to_its_bound(tmp_path, monkeypatch):
+    """INT8JIT_CACHE_MAX_MB bounds the folder: the oldest entries go, the newest stays.
+    With a bound of 20 KB, each 2 KB entry is more than 1/16 of it, so every write prunes."""
+    from jit import cache
+
+    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("INT8JIT_CACHE_MAX_MB", str(20 / 1024))
+    for i in range(30):
+        cache._write_disk(("entry", i), bytes(2000))
+        os.utime(cache._path(repr(("entry", i))), (i, i))  # distinct ages, oldest first
+        assert sum(_entries(tmp_path).values()) <= 20 << 10
+    kept = _entries(tmp_path)
+    assert os.path.basename(cache._path(repr(("entry", 29)))) in kept
+    assert os.path.basename(cache._path(repr(("entry", 0)))) not in kept
+    assert len(kept) >= 8  # the bound, not fewer
+
+
+def test_disk_cache_prunes_about_once_per_sixteenth_of_its_bound(tmp_path, monkeypatch):
+    """A prune stats every entry (a full 256 MB folder: 200 ms), so a write draws one with
+    odds of its bytes against 1/16 of the bound: 200 writes of 2 KB against a 1 MB bound
+    (400 KB written, 6.25 sixteenths) prune a few times, not 200."""
+    import random
+
+    from jit import cache
+
+    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("INT8JIT_CACHE_MAX_MB", "1")
+    monkeypatch.setattr(cache, "_rng", random.Random(5))
+    calls = []
+    monkeypatch.setattr(cache, "_prune", lambda folder, limit: calls.append(limit))
+    for i in range(200):
+        cache._write_disk(("entry", i), bytes(2000))
+    assert 1 <= len(calls) <= 15, len(calls)
+    assert len(_entries(tmp_path)) == 200
+
+
 # -- INT8JIT_JIT_DUMP ------------------------------------------------------------------------
 def test_jit_dump_writes_bin_and_s(tmp_path, monkeypatch):
     from jit.build import GeneratedCode, load
