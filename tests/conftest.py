@@ -133,19 +133,19 @@ def check_dst_changed_in_place(execute, dst) -> None:
     execute()
 
 
-# ------------------------------------------------------------------ guard pages
-
-PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
-MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
-_SC_PAGESIZE = 30
-
-
 def child_env() -> dict:
     """The environment for a child Python that imports int8jit from this checkout: the
     checkout first on PYTHONPATH, whatever was there kept (where the dependencies are
     found through it rather than site-packages)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+
+
+# ------------------------------------------------------------------ guard pages
+
+PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
+MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
+_SC_PAGESIZE = 30
 
 
 def page_size() -> int:
