@@ -14,16 +14,15 @@ For each ResNet-50 layer of ``int8jit-bench conv`` whose name contains one of
 * ``edges``: every column in place, the edge columns' windows cut at the padding.
 
 A variant the layer cannot take (a 1x1 layer has no padding) falls back to what the
-layer can do, as the primitive would. Each round times a window of three calls of each
-variant in turn; a figure is the best window (the least disturbed by the host), and the
-ratio is the first variant's time over this one's (above 1: faster than the first). The
-outputs are compared: "OUTPUTS DIFFER" would be a bug. This is how the README's edge and
-strip measurements were taken.
+layer can do, as the primitive would. Each round times a window (about 5 ms of calls) of
+each variant in turn (``tools.bench.measure_interleaved``); a figure is the best window
+(the least disturbed by the host), and the ratio is the first variant's time over this
+one's (above 1: faster than the first). The outputs are compared: "OUTPUTS DIFFER" would
+be a bug. This is how the README's edge and strip measurements were taken.
 """
 from __future__ import annotations
 
 import argparse
-import time
 from contextlib import contextmanager
 
 VARIANTS = ("model", "copy", "strips", "edges")
@@ -54,6 +53,7 @@ def main(argv=None) -> int:
     from primitives import primitive_cache
     from runtime.isa import effective_isa
     from tools import bench_primitives as bp
+    from tools.bench import measure_interleaved
 
     ap = argparse.ArgumentParser(prog="int8jit-bench conv-sources", description=__doc__.split("\n")[0])
     ap.add_argument("--isa", help="the ISA path (default: the CPU's best)")
@@ -84,14 +84,8 @@ def main(argv=None) -> int:
             side.call()
             outs.append(side.out.copy())
         same = all(np.array_equal(o, outs[0]) for o in outs[1:])
-        best = [float("inf")] * len(sides)
-        end = time.perf_counter() + args.seconds
-        while time.perf_counter() < end or max(best) == float("inf"):
-            for i, side in enumerate(sides):
-                t0 = time.perf_counter()
-                for _ in range(3):
-                    side.call()
-                best[i] = min(best[i], (time.perf_counter() - t0) / 3)
+        timed = measure_interleaved({i: side.call for i, side in enumerate(sides)}, args.seconds / len(sides))
+        best = [timed[i][0] for i in range(len(sides))]
         cells = " ".join(f"{n}={b * 1e3:.3f}ms({best[0] / b:.3f})" for n, b in zip(names, best))
         print(f"{layer['label']:28s} {cells}" + ("" if same else "  OUTPUTS DIFFER"), flush=True)
     return 0
