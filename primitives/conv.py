@@ -800,7 +800,6 @@ class _Convolution(GemmKernels, Primitive):
         elif strips:  # the same down a strip
             s_width = strips[2] + strips[3]
             layouts.append((sh * s_width * pixel, OW * OC * dbytes, 0, 0, OW, self._offsets(Hp, s_width, pixel)))
-        k_pos = g.runs[1]
         image = Dp * Hp * Wp * pixel
         by_columns = pd._split_columns()
         # Work items: (layout, A's buffer (0: a, 1: the strips), a offset, dst offset, rows m,
@@ -860,7 +859,7 @@ class _Convolution(GemmKernels, Primitive):
                         col0 = grp * g.ocg + c0
                         for first, rows, lo, hi, kw0, kw1 in classes:
                             r0 = row0 + first * OW
-                            K = k_pos if kw1 - kw0 == g.run_kw else (kw1 - kw0) * g.k_per_position
+                            K = (kw1 - kw0) * g.k_per_position  # a run's window columns read (all: g.runs[1])
                             s = new_args(kernel.meta["kspec"], packed, K, lda, ldc, out, c0, c1, r0, r0 + m)
                             s.outer, s.a_outer_stride, s.c_outer_stride = rows, a_outer, c_outer
                             s.pos_off = ffi.cast("int64_t *", pointer_to(offsets)) + lo
