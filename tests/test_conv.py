@@ -14,7 +14,7 @@ from primitives.reference import output_pipeline
 from runtime.ffi import ffi
 from runtime.isa import LADDER
 from primitives.reorder import reorder_desc
-from tests.conftest import faithful_model, skip_reason
+from tests.conftest import faithful_model
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 NP = {"u8": np.uint8, "s8": np.int8, "s32": np.int32, "f32": np.float32}
@@ -688,54 +688,58 @@ def test_edge_strips_stay_inside_the_source(isa_path, guarded, where, threads, s
         np.testing.assert_array_equal(y, np.moveaxis(want, 1, -1))
 
 
-def test_edge_strips_where_they_pay(caches_of, monkeypatch):
-    """ResNet-50's 3x3 layers on AVX-512 VNNI (conv_blocking.strips_pay, edges_pay), with the
-    caches the rule was measured on: res2's (64 channels: a column tile's B stays in L1,
-    so the strips' extra row blocks cost little) and res3's 3x3/2 (its 56x56 source
-    costs more to copy than its one edge column's blocks read of B again) read the source
-    in place, res2's edge columns too; the others copy it. Creation only, so on any CPU."""
+@pytest.fixture
+def resnet_3x3(monkeypatch):
+    """``resnet_3x3(c, size, stride, isa, n=1, threads=1, policy="exact")``: the
+    descriptor of a ResNet-50-style 3x3 layer (c -> c channels, pad 1, NHWC u8) on any
+    ISA path, whatever this CPU runs: creation only (its kernels are generated, none
+    runs), for the tests of the model's picks."""
     from primitives.conv import ConvolutionDesc as Desc
     from runtime import isa as isa_mod
 
     monkeypatch.setattr(isa_mod, "supported", lambda: isa_mod.LADDER)
+
+    def make(c: int, size: int, stride: int, isa: str, n: int = 1, threads: int = 1, policy: str = "exact"):
+        out = (size - 1) // stride + 1
+        return Desc(desc((n, c, size, size), "u8", "nhwc"), desc((c, c, 3, 3), "s8", "any"),
+                    desc((n, c, out, out), "u8", "nhwc"), strides=(stride, stride), padding_l=(1, 1),
+                    padding_r=(1, 1), attr=Attr(policy=policy), isa=isa, threads=threads)
+    return make
+
+
+def test_edge_strips_where_they_pay(caches_of, resnet_3x3):
+    """ResNet-50's 3x3 layers on AVX-512 VNNI (conv_blocking.strips_pay, edges_pay), with the
+    caches the rule was measured on: res2's (64 channels: a column tile's B stays in L1,
+    so the strips' extra row blocks cost little) and res3's 3x3/2 (its 56x56 source
+    costs more to copy than its one edge column's blocks read of B again) read the source
+    in place, res2's edge columns too; the others copy it."""
     caches_of(*EMERALD_RAPIDS)
     for c, size, stride, want in ((64, 56, 1, True), (128, 28, 1, False), (256, 14, 1, False), (512, 7, 1, False),
                                   (128, 56, 2, True), (256, 28, 2, False), (512, 14, 2, False)):
-        out = (size - 1) // stride + 1
         for n, threads in ((1, 1), (8, 2)):
-            pd = Desc(desc((n, c, size, size), "u8", "nhwc"), desc((c, c, 3, 3), "s8", "any"),
-                      desc((n, c, out, out), "u8", "nhwc"), strides=(stride, stride), padding_l=(1, 1),
-                      padding_r=(1, 1), isa="avx512_core_vnni", threads=threads)
+            pd = resnet_3x3(c, size, stride, "avx512_core_vnni", n, threads)
             assert (pd._strips is not None) is want, (c, stride, n, threads)
 
 
-def test_edge_columns_on_emerald_rapids(caches_of, monkeypatch):
+def test_edge_columns_on_emerald_rapids(caches_of, resnet_3x3):
     """The rule on Emerald Rapids' caches, where it was measured (conv_blocking.edges_pay): without
     VNNI, ResNet-50's seven 3x3 layers all read their edge columns in place (they gained
     1-8% under both policies); with VNNI, where a block costs as much whatever its
     height, res2 3x3 does on both widths (+4-6.5%) and res5 3x3 on ymm (+24%: its 7-pixel
     rows, 5 + 2 in blocks of 5, become one block of 5 and the edge columns' blocks down
-    the rows); the others copy or take the strips (res5 3x3/2's edges lost 5-8% on zmm).
-    Creation only (the kernels are generated, none runs), so on any CPU."""
-    from primitives.conv import ConvolutionDesc as Desc
-    from runtime import isa as isa_mod
-
-    monkeypatch.setattr(isa_mod, "supported", lambda: isa_mod.LADDER)
+    the rows); the others copy or take the strips (res5 3x3/2's edges lost 5-8% on zmm)."""
     caches_of(*EMERALD_RAPIDS)
     layers = ((64, 56, 1), (128, 56, 2), (128, 28, 1), (256, 28, 2), (256, 14, 1), (512, 14, 2), (512, 7, 1))
     want = {"avx512_core": set(layers), "avx512_core_vnni": {(64, 56, 1)},
             "avx2_vnni": {(64, 56, 1), (512, 7, 1)}}
-    for c, size, stride in layers:
-        out = (size - 1) // stride + 1
+    for layer in layers:
         for isa, policy in (("avx512_core", "faithful"), ("avx512_core", "exact"), ("avx512_core_vnni", "exact"),
                             ("avx2_vnni", "exact")):
-            pd = Desc(desc((1, c, size, size), "u8", "nhwc"), desc((c, c, 3, 3), "s8", "any"),
-                      desc((1, c, out, out), "u8", "nhwc"), strides=(stride, stride), padding_l=(1, 1),
-                      padding_r=(1, 1), attr=Attr(policy=policy), isa=isa, threads=1)
-            assert (pd._edges is not None) is ((c, size, stride) in want[isa]), (c, size, stride, isa, policy)
+            pd = resnet_3x3(*layer, isa, policy=policy)
+            assert (pd._edges is not None) is (layer in want[isa]), (layer, isa, policy)
 
 
-def test_edge_strips_on_avx2_zen3(caches_of):
+def test_edge_strips_on_avx2_zen3(caches_of, resnet_3x3):
     """The rules on AVX2 with a Zen 3 core's caches (32 KB L1, 512 KB L2), where the picks
     were measured (conv_blocking.edges_pay, strips_pay): the 3x3 layers read their source in place,
     the edge columns too (their windows cut at the padding), but where the widening
@@ -743,19 +747,12 @@ def test_edge_strips_on_avx2_zen3(caches_of):
     there res5 3x3's 25 KB image is copied (it fits L1: the copy costs next to nothing,
     and the edges ran 7% slower, the strips' fewer 5-row blocks 8-17%), as res4's 3x3/2
     source is (the edges 4% slower)."""
-    from primitives.conv import ConvolutionDesc as Desc
-
-    if skip_reason("avx2"):
-        pytest.skip(skip_reason("avx2"))
     caches_of(32 << 10, 512 << 10)
     for c, size, stride, policy, want in ((64, 56, 1, "exact", "edges"), (512, 7, 1, "exact", "copy"),
                                           (256, 14, 1, "exact", "edges"), (256, 28, 2, "exact", "copy"),
                                           (512, 14, 2, "exact", "edges"),
                                           (512, 7, 1, "faithful", "edges"), (128, 56, 2, "faithful", "edges")):
-        out = (size - 1) // stride + 1
         for n in (1, 8):
-            pd = Desc(desc((n, c, size, size), "u8", "nhwc"), desc((c, c, 3, 3), "s8", "any"),
-                      desc((n, c, out, out), "u8", "nhwc"), strides=(stride, stride), padding_l=(1, 1),
-                      padding_r=(1, 1), attr=Attr(policy=policy), isa="avx2", threads=1)
+            pd = resnet_3x3(c, size, stride, "avx2", n, policy=policy)
             got = "edges" if pd._edges else "strips" if pd._strips else "copy"
             assert got == want, (c, size, stride, policy, n)
