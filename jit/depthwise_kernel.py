@@ -546,8 +546,10 @@ def _emit(spec: DwKernelSpec, argument) -> None:  # noqa: C901 - one loop nest, 
         def context(first: int, rows):
             """Pixels first..P-1 still hold live accumulators (V(p*nv + v)); the rest is free."""
             free = [V(j) for j in range(path.registers) if not first * r.nv <= j < P * r.nv]
+            # full and dot blocks store whole vectors; masked blocks and AVX2 pieces, partial ones
             return OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
-                                 n_left=r13, c_row=rows, free_vectors=free, free_gprs=[rax, rdx, r8, r9])
+                                 n_left=r13, c_row=rows, free_vectors=free, free_gprs=[rax, rdx, r8, r9],
+                                 n_tail=kind.what not in ("full", "dot"), partial_only=True)
 
         if not per_pixel:
             emit_output(context(0, c_row), r.acc, P, r.nv)
