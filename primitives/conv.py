@@ -54,7 +54,7 @@ Example::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -64,12 +64,13 @@ from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from primitives.gemm import Choice, candidates, decide, fast_path
+from primitives.gemm import Choice, fast_path
 from primitives import conv_blocking as blocking
 from primitives.conv_blocking import b_tile_bytes, column_chunks, conv_tile, edges_pay, flat_tile_rows, strips_pay
+from primitives.conv_geometry import Geometry
+from primitives.conv_weights import ConvWeightsLayout
 from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
-from primitives.gemm_pack import pack_b, saturation_proof
-from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc
+from primitives.memory import MemoryDesc, dt_range, packed_desc
 from runtime import isa as isa_mod
 from runtime.ffi import ffi, pointer_to
 from runtime.pool import CallPlan
@@ -91,238 +92,6 @@ def _tuple(name: str, value, n: int, lo: int) -> tuple:
 
 def _channels_last(nd: int) -> tuple:
     return (0,) + tuple(range(2, nd)) + (1,)
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """A convolution's shape in the internal 3-D form (D, H, W); 1-D and 2-D have D = H = 1 as needed."""
-
-    n: int
-    groups: int
-    icg: int
-    ocg: int
-    src: tuple  # (D, H, W)
-    ker: tuple
-    out: tuple
-    stride: tuple
-    dil: tuple  # oneDNN's: 0 is dense
-    pad_l: tuple
-    pad_r: tuple
-    # The source copy keeps icg channels a pixel (not padded to 4): on VNNI paths with one
-    # group and W dense, where a window row's KW * icg bytes form one K run padded to 4 in
-    # B alone (the stem's 3 channels: 7 * 3 = 21 of 24 multiply-adds useful, not 21 of 28).
-    tight: bool = False
-
-    @property
-    def icgp(self) -> int:
-        """Bytes of one group's channels in a pixel of the source copy."""
-        return self.icg if self.tight else -(-self.icg // 4) * 4
-
-    @property
-    def positions(self) -> int:
-        return self.ker[0] * self.ker[1] * self.ker[2]
-
-    @property
-    def padded(self) -> tuple:
-        return tuple(i + a + b for i, a, b in zip(self.src, self.pad_l, self.pad_r))
-
-    @property
-    def direct(self) -> bool:
-        """The user's NHWC source can be read as is (no padding, one group, channels by 4)."""
-        return not any(self.pad_l + self.pad_r) and self.groups == 1 and self.icg % 4 == 0
-
-    @property
-    def flat(self) -> bool:
-        """Output pixels are consecutive source pixels (1x1, stride 1): one GEMM over all of them."""
-        return self.direct and self.ker == (1, 1, 1) and self.stride == (1, 1, 1)
-
-    @property
-    def k_per_position(self) -> int:
-        return self.icg if self.direct else self.icgp
-
-    @property
-    def runs(self) -> tuple:
-        """(count, K of each): the kernel's K runs. Dense along W with one group, a window
-        row's KW pixels are KW * pixel consecutive bytes in K's packed order (kw, ic): one
-        run per (kd, kh), so fewer, longer K loops; otherwise one run per position."""
-        if self.dil[2] == 0 and self.groups == 1:
-            return self.ker[0] * self.ker[1], self.ker[2] * self.k_per_position
-        return self.positions, self.k_per_position
-
-    @property
-    def b_rows(self) -> int:
-        """K of the packed weights: each run padded to a multiple of 4."""
-        count, k = self.runs
-        return count * -(-k // 4) * 4
-
-    def window_runs(self, h: int) -> tuple:
-        """The K runs output row ``h`` (of a plane) must read: ``(first, end)``.
-
-        A 2-D window row that lies wholly in the top or bottom padding adds the padding
-        value times its weights, which the column compensation takes away again, so rows
-        there skip its K runs and their B (and take a compensation of the runs they read):
-        res4's 3x3 layer (14 rows) did 2 of its 42 window rows' work for nothing, res5's
-        (7 rows) 2 of 21. 3-D windows and rows with no window row inside read every run."""
-        runs, kh_count = self.runs[0], self.ker[1]
-        if self.ker[0] != 1 or runs % kh_count:
-            return 0, runs
-        per_kh = runs // kh_count  # K runs a window row (KW of them unless folded)
-        step = self.dil[1] + 1
-        top = h * self.stride[1] - self.pad_l[1]  # the window's first source row
-        lo = next((kh for kh in range(kh_count) if top + kh * step >= 0), kh_count)
-        hi = next((kh for kh in reversed(range(kh_count)) if top + kh * step < self.src[1]), -1) + 1
-        return (lo * per_kh, hi * per_kh) if hi > lo else (0, runs)
-
-    def strips(self) -> tuple | None:
-        """How a padded 2-D whole-pixel source is read without a padded copy of it all:
-        ``(left, right, left_width, right_width)``, or None where it cannot be.
-
-        Output columns whose window stays inside the source's width read the user's rows
-        directly (top and bottom rows skip the window rows in the padding:
-        :meth:`window_runs`); the ``left`` first and ``right`` last columns, whose windows
-        reach into the side padding, read two narrow padded copies of the source's edges
-        instead (the strips: ``left_width`` and ``right_width`` padded columns, every
-        padded row). None for 3-D windows, where an output row's window has no row inside
-        the source (rows read in place skip the padding's), or where no column is inside."""
-        if self.ker[0] != 1 or self.padded[0] != 1:
-            return None
-        step = self.dil[1] + 1
-        for h in range(self.out[1]):
-            top = h * self.stride[1] - self.pad_l[1]
-            if not any(0 <= top + kh * step < self.src[1] for kh in range(self.ker[1])):
-                return None
-        extent = (self.ker[2] - 1) * (self.dil[2] + 1) + 1
-        sw, width = self.stride[2], self.out[2]
-        left = sum(1 for w in range(width) if w * sw < self.pad_l[2])
-        right = sum(1 for w in range(width) if w * sw - self.pad_l[2] + extent > self.src[2])
-        if left + right >= width:
-            return None
-        return (left, right, (left - 1) * sw + extent if left else 0, (right - 1) * sw + extent if right else 0)
-
-    @property
-    def run_kw(self) -> int:
-        """Window columns (kw) in one K run: KW where a run folds them (Geometry.runs), else 1."""
-        return self.positions // self.runs[0]
-
-    def edge_windows(self) -> tuple | None:
-        """The edge columns of :meth:`strips` as they read the source in place, their
-        windows cut at the side padding: ``(w, first kw, end kw)`` per edge column, the
-        window columns inside the source's width. A run (one window row, KW pixels) then
-        reads its middle part: the kw in the padding are skipped in A and in B (the
-        kernel's ``b_pos_skip``), as the rows at the top and bottom skip window rows
-        (:meth:`window_runs`). None where runs do not fold KW (W dilated), or where an
-        edge column's window lies wholly in the padding."""
-        strips = self.strips()
-        if strips is None or self.dil[2] or self.groups != 1:
-            return None
-        left, right = strips[:2]
-        out = []
-        for w in list(range(left)) + list(range(self.out[2] - right, self.out[2])):
-            x0 = w * self.stride[2] - self.pad_l[2]  # the window's first source column
-            lo, hi = max(0, -x0), min(self.ker[2], self.src[2] - x0)
-            if hi <= lo:
-                return None
-            out.append((w, lo, hi))
-        return tuple(out)
-
-
-@dataclass(frozen=True)
-class ConvWeightsLayout:
-    """The packed weights a convolution asks for (a ``packed`` desc's record).
-
-    Per group: B of ``geometry.b_rows`` x ocg in the GEMM kernel's packed layout, K ordered
-    (kd, kh, kw, ic) with each position's channels padded to ``icgp`` (or, ``tight``, each
-    run of KW positions padded to 4), plus its column sums appended (the compensation
-    oneDNN's reorder appends).
-    """
-
-    isa: str
-    policy: str
-    geometry: Geometry
-    grouped: bool  # logical weights carry a leading groups dim
-
-    def nbytes(self) -> int:
-        g = self.geometry
-        choice = self.decide("faithful")
-        tile_n = choice.nr * choice.path.lanes
-        tiles = -(-g.ocg // tile_n)
-        per_group = tiles * tile_n * g.b_rows * (1 if choice.path.kind == "vnni" else 2) + 4 * tiles * tile_n
-        return g.groups * per_group
-
-    def b_kn(self, logical: np.ndarray, group: int) -> np.ndarray:
-        g = self.geometry
-        w = logical[group] if self.grouped else logical  # (ocg, icg, *spatial)
-        w = w.reshape((g.ocg, g.icg) + g.ker)
-        w = np.moveaxis(w, 1, -1)  # (ocg, kd, kh, kw, icg)
-        kp = g.k_per_position
-        if kp != g.icg:
-            w = np.concatenate([w, np.zeros(w.shape[:-1] + (kp - g.icg,), np.int8)], axis=-1)
-        count, k = g.runs
-        w = w.reshape(g.ocg, count, k)
-        if k % 4:  # (tight) each run's K padded to 4 with zero weights
-            w = np.concatenate([w, np.zeros((g.ocg, count, -k % 4), np.int8)], axis=-1)
-        return np.ascontiguousarray(w.reshape(g.ocg, -1).T)
-
-    def tile_vectors(self) -> int:
-        """The column tile width, in vectors, of every kernel this layout can take: the
-        fast path's that conv_tile picks for these rows. One width for all, as the
-        compensation, the padded columns and the threads' column splits assume (a
-        widening kernel narrower than the fast path's broke them)."""
-        return conv_tile(fast_path(self.isa), self.geometry)[1]
-
-    def decide(self, policy: str, b_kn: np.ndarray | None = None, proof: tuple[int, int] | None = None) -> Choice:
-        """GEMM's path decision, with the tile width this convolution's rows want."""
-        choice = decide(self.isa, policy, b_kn, self.geometry.ocg, proof)
-        return replace(choice, nr=self.tile_vectors())
-
-    def candidates(self) -> list[Choice]:
-        """Every decision the weights can lead to under this layout's policy
-        (``gemm.candidates``; halve_weights packs for the fast path), with this
-        convolution's tile width; the first is the one without weights."""
-        policy = "faithful" if self.policy == "halve_weights" else self.policy
-        nr = self.tile_vectors()
-        return [replace(c, nr=nr) for c in candidates(self.isa, policy, self.geometry.ocg)]
-
-    def pack_all(self, logical: np.ndarray) -> list:
-        out = []
-        for group in range(self.geometry.groups):
-            b = self.b_kn(logical, group)
-            if self.policy == "halve_weights" and not self.decide("faithful").path.kind == "vnni":
-                # oneDNN's non-VNNI convolution: weights * 0.5, rounded to nearest even;
-                # 255 * (64 + 64) <= 32767, so VPMADDUBSW can no longer saturate.
-                b = np.rint(b.astype(np.float32) * np.float32(0.5)).astype(np.int8)
-                policy = "faithful"
-            else:
-                policy = "exact" if self.policy == "halve_weights" else self.policy
-            proof = saturation_proof(b)  # once, for the decision and the pack
-            choice = self.decide(policy, b, proof)
-            packed = pack_b(b, choice.path, choice.nr, proof)
-            # Column sums per window column of each run, for rows and edge columns that
-            # read part of the window (the kw of a run: its first KW * k_per_position rows)
-            g = self.geometry
-            runs, kp = g.runs[0], g.k_per_position
-            per_run = b.astype(np.int64).reshape(runs, -1, b.shape[1])[:, :g.run_kw * kp]
-            run_colsum = np.zeros((runs, g.run_kw, packed.colsum.size), np.int64)
-            run_colsum[:, :, :b.shape[1]] = per_run.reshape(runs, g.run_kw, kp, b.shape[1]).sum(axis=2)
-            out.append((replace(packed, run_colsum=run_colsum), choice))
-        return out
-
-    def pack(self, src_logical: np.ndarray, dst: Memory) -> None:
-        """Pack the logical s8 weights into ``dst`` and attach the per-group packs as payload."""
-        if src_logical.dtype != np.int8:
-            raise ValueError(f"weights: expected s8 values to pack, got {src_logical.dtype}")
-        packs = self.pack_all(src_logical)
-        buf = dst.array.reshape(-1).view(np.uint8)
-        at, payload = 0, []
-        for packed, choice in packs:
-            size = packed.data.nbytes
-            buf[at:at + size] = packed.data
-            view = buf[at:at + size]
-            comp = buf[at + size: at + size + 4 * packed.colsum.size].view(np.int32)
-            comp[:] = packed.colsum.astype(np.int32)
-            at += size + 4 * packed.colsum.size
-            payload.append((replace(packed, data=view), choice))
-        dst.payload = payload
 
 
 class ConvolutionDesc(PrimitiveDesc):

@@ -25,7 +25,7 @@ from primitives.gemm import tile_vectors
 from runtime.caches import data_caches
 
 if TYPE_CHECKING:
-    from primitives.conv import Geometry
+    from primitives.conv_geometry import Geometry
 
 
 def cache_budgets(caches) -> tuple[int, int]:
