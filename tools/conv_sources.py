@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         for name in names:
             with variant(name):
                 primitive_cache.clear()  # each variant its own primitive
-                sides.append(bp._int8jit_conv(case, isa, args.threads))
+                sides.append(bp.int8jit_setup(case, "fused", isa, args.threads))
         outs = []
         for side in sides:
             side.call()
