@@ -15,11 +15,15 @@ rows and column tiles, with the whole loop nest inside the generated code::
                 the line rotating per row block; with ``prefetch_ahead`` the group's
                 lines that many bytes on go to L1)
             last group when K % 4 != 0:          A read as the row's last dword, shifted
+          [for each residual cell (k pair, vector v) of the tile:]
+                acc[i][v] += VPMADDWD(A[i, k:k+2] as s16, the cell's s16 pair per lane)
             output stage (jit.output): compensation, scales, bias, post-ops, masked store
 
 The bracketed loops exist in kernels whose spec asks for them: ``positions`` makes the
 kernel a batch-reduce GEMM (a convolution sums over kernel positions, each an offset
-into the same source rows) and ``outer`` walks a convolution's output rows.
+into the same source rows) and ``outer`` walks a convolution's output rows; ``residual`` adds, after the K loop, the
+cells that split weights left out of B (``primitives.gemm_pack``: exact results at the
+VPMADDUBSW rate for weights with few pairs that could saturate).
 
 A' is A for u8 sources and A + 128 (bytes xor 0x80) for s8 sources. B is packed by
 ``primitives.gemm_pack`` into the layout ``[tile][k group][vector][lane][4 bytes]``
@@ -51,14 +55,17 @@ struct i8j_gemm_args {
     int64_t *pos_off; int64_t *pos_end; int64_t *pos_cur; int64_t b_pos_skip;
     /* outer loop (spec.outer): `outer` blocks of m rows, A and dst advanced by strides */
     int64_t outer; int64_t a_outer_stride; int64_t c_outer_stride;
-    int64_t outer_left; void *a_cur; void *c_cur; int64_t m_left;   /* the kernel's own scratch */
+    /* residual cells (spec.residual): per tile its cells' byte offset in res_entries
+       and their count per vector (1 + nr int64), the call's first tile first */
+    void *res_head; void *res_entries;
+    int64_t outer_left; void *a_cur; void *c_cur; int64_t m_left; void *res_cur;  /* the kernel's own scratch */
     %s                                    /* the output stage's (jit.output) */
 };
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_gemm_args *)"
 FIELDS = ("a", "lda", "b", "b_tile_stride", "c", "ldc", "m", "n", "k_groups", "k_tail_back",
           "k_tail_shift", "pos_off", "pos_end", "pos_cur", "b_pos_skip", "outer", "a_outer_stride", "c_outer_stride",
-          "outer_left", "a_cur", "c_cur", "m_left") + OUTPUT_FIELDS
+          "res_head", "res_entries", "outer_left", "a_cur", "c_cur", "m_left", "res_cur") + OUTPUT_FIELDS
 MAX_MR = 9  # three A/C row bases of three rows each
 DEFAULT_MR = 6  # the tallest tile a GEMM asks for (nr = 4 fits 6 rows on AVX-512)
 
@@ -90,8 +97,12 @@ class GemmKernelSpec:
     # The output stage's code for a last column tile narrower than tile_n (masked loads
     # and stores); off: every call's column count is a multiple of tile_n.
     n_tail: bool = True
+    # Residual cells of split weights added after the K loop (VPMADDUBSW GEMMs only).
+    residual: bool = False
 
     def __post_init__(self):
+        if self.residual and (self.path.kind != "maddubsw" or self.positions or self.outer):
+            raise ValueError("residual: only a VPMADDUBSW GEMM without positions or outer blocks reads cells")
         if self.unroll_k < 1:
             raise ValueError(f"unroll_k: expected >= 1, got {self.unroll_k}")
         if not 1 <= self.mr <= MAX_MR:
@@ -139,7 +150,8 @@ class GemmKernelSpec:
     def name(self) -> str:
         src = "s8" if self.s8_src else "u8"
         kind = "brgemm" if self.positions else "gemm"
-        return f"{kind}_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}_{self.mr}x{self.nr}"
+        cells = "_cells" if self.residual else ""
+        return f"{kind}_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}{cells}_{self.mr}x{self.nr}"
 
 
 def loop_registers(path: Path, mr: int, nr: int, s8_src: bool = False) -> int:
@@ -172,7 +184,7 @@ def k_split(K: int) -> tuple[int, int]:
 def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = DEFAULT_MR, *,
                 positions: bool = False, outer: bool = False, unroll_k: int = 4,
                 prefetch_next: bool = False, rows: tuple | None = None,
-                ks: tuple | None = None, ns: tuple | None = None) -> GemmKernelSpec:
+                ks: tuple | None = None, ns: tuple | None = None, residual: bool = False) -> GemmKernelSpec:
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit.
 
     ``rows``: the row counts (m) the kernel will be called with, when known; only their
@@ -192,7 +204,7 @@ def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int =
         try:
             return GemmKernelSpec(path, height, nr, s8_src, output, positions, outer, unroll_k=unroll_k,
                                   prefetch_next=prefetch_next, tails=tails, k_rest=k_rest, k_tail=k_tail,
-                                  n_tail=n_tail)
+                                  n_tail=n_tail, residual=residual)
         except ValueError:
             continue
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
@@ -248,6 +260,8 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         ctrl_regs = list(zip(held, (ctrl01, ctrl23)))  # (register, constant) to load
         controls = held + [ctrl01, ctrl23][len(held):]  # what the two VPSHUFBs read
         nxt += len(held)
+    # A cell's word of two A bytes -> two s16 (byte 0, zero, byte 1, zero per dword)
+    cell_ctrl = vector_constant(path, [0x80018000], "cell_pair") if spec.residual else None
     vxor = asm.VPXORD if path.bits == 512 else asm.VPXOR
     vload = asm.VMOVDQU32 if path.bits == 512 else asm.VMOVDQU
 
@@ -260,6 +274,9 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     MOV(rsi, [args + off["b"]])
     MOV(r13, [args + off["n"]])
     XOR(r14.as_dword, r14.as_dword)
+    if spec.residual:
+        MOV(rbp, [args + off["res_head"]])
+        MOV([args + off["res_cur"]], rbp)
 
     def row_address(bases, stride, i):
         """Row ``i``: its group's base (rows 0-2, 3-5, 6-8) plus 0, 1 or 2 strides."""
@@ -314,6 +331,39 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
     group_lines = spec.b_group_bytes // 64
     next_lines = spec.prefetch_next and group_lines & (group_lines - 1) == 0
     row_shift = 2 + ((mr & -mr).bit_length() - 1)  # row*4 >> row_shift: odd multiple of the block index
+
+    def residual_cells(rows: int) -> None:
+        # r9: the tile's head (cells' offset, count per vector), rbx: the cell, rbp: cells
+        # left for the vector. A cell's pair of A bytes is broadcast as a word, offset
+        # (for s8) and zero-extended to s16 by VPSHUFB, then multiplied by the cell's s16
+        # pairs: exact, and about five instructions per row (a few percent of the loop's
+        # time while cells are a few percent of the (k pair, vector)s).
+        entry = 8 + vb
+        ctrl = breg[0]  # B is dead after the K loop
+        vload(ctrl, cell_ctrl)
+        MOV(r9, [args + off["res_cur"]])
+        MOV(rbx, [r9])
+        ADD(rbx, [args + off["res_entries"]])
+        for v in range(nr):
+            cell, done = Label(), Label()
+            MOV(rbp, [r9 + 8 * (v + 1)])
+            TEST(rbp, rbp)
+            JZ(done)
+            LABEL(cell)
+            MOV(rdx, [rbx])
+            ADD(rdx, rax)
+            row_bases(rdx, r8, rows)
+            for i in range(rows):
+                asm.VPBROADCASTW(areg, asm.word[a_row(i)])
+                if xor80 is not None:
+                    vxor(areg, areg, xor80)
+                asm.VPSHUFB(areg, areg, ctrl)
+                asm.VPMADDWD(tmp, areg, [rbx + 8])
+                asm.VPADDD(acc[i][v], acc[i][v], tmp)
+            ADD(rbx, entry)
+            DEC(rbp)
+            asm.JNZ(cell)
+            LABEL(done)
 
     def row_block(rows: int) -> None:
         # Constants are set per block: the output stage reuses their registers.
@@ -402,6 +452,8 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             MOV(rbp, [args + off["pos_cur"]])
             CMP(rbp, [args + off["pos_end"]])
             JB(pos_loop)
+        if spec.residual:
+            residual_cells(rows)
         row_bases(r10, r11, rows)
         free = [V(j) for j in range(mr * nr, path.registers)]  # all but the accumulators
         ctx = OutputContext(path=path, spec=spec.output, args=args, offsets=off, col_bytes=r14,
@@ -471,6 +523,8 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         DEC(asm.qword[args + off["outer_left"]])
         asm.JNZ(outer_loop)
     LABEL(tile_next)
+    if spec.residual:
+        ADD(asm.qword[args + off["res_cur"]], 8 * (1 + nr))
     ADD(rsi, [args + off["b_tile_stride"]])
     ADD(r14, spec.tile_n * 4)
     SUB(r13, spec.tile_n)

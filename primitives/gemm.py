@@ -23,7 +23,7 @@ import numpy as np
 from jit.dot import Path, fast_path, widening_path
 from jit.output import OutputSpec, SumOp
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
-from primitives.gemm_pack import PackedB, pack_b, saturation_proof
+from primitives.gemm_pack import PackedB, pack_b, saturation_proof, unsafe_cells, unsafe_pairs
 from primitives.reference import op
 from runtime import isa as isa_mod
 from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, run, tuned_spec
@@ -32,6 +32,10 @@ from runtime.threads import resolve_threads
 POLICIES = ("exact", "faithful")
 _NR = {512: 4, 256: 2}  # vectors per tile
 _SHIFT_A_TILES = 4  # s8 A: shift to u8 once per call (not per tile) from this many column tiles
+# Exact weights split into safe ones and residual cells while at most this share of the
+# (k pair, vector)s hold an unsafe pair; widened beyond. A cell costs about 2.6 times its
+# share of the loop and widening 38-41% (BERT-base inner products on a Zen 3): even near 0.15.
+SPLIT_MAX_SHARE = 0.12
 
 
 def _wrap32(x: np.ndarray) -> np.ndarray:
@@ -52,6 +56,7 @@ class Choice:
     path: Path
     nr: int
     reason: str
+    residual: bool = False  # the kernel adds split weights' residual cells (gemm_pack)
 
 
 def tile_vectors(path: Path, n: int) -> int:
@@ -60,14 +65,17 @@ def tile_vectors(path: Path, n: int) -> int:
 
 
 def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
-           proof: tuple[int, int] | None = None) -> Choice:
+           proof: tuple[int, int] | None = None, *, split: bool = False,
+           unsafe: np.ndarray | None = None) -> Choice:
     """The path and tile width a GEMM with logical K x N weights ``b_kn`` takes on ``isa``.
 
     The fast path, except for policy ``exact`` on a non-VNNI level when some column pair
-    of the weights can saturate VPMADDUBSW: then the widening path. Without weights
-    (``b_kn`` None, ``n`` columns): the fast path, the decision left to the packing
-    (:func:`candidates` names every kernel it can take). ``proof``: the weights'
-    ``saturation_proof``, where the caller has it.
+    of the weights can saturate VPMADDUBSW: then, with ``split`` and few such pairs, the
+    fast path on split weights with residual cells (``gemm_pack.split_weights``), else
+    the widening path. Without weights (``b_kn`` None, ``n`` columns): the fast path,
+    the decision left to the packing (:func:`candidates` names every kernel it can take).
+    ``proof`` and ``unsafe``: the weights' ``saturation_proof`` and ``unsafe_pairs``,
+    where the caller has them.
     """
     fast = fast_path(isa)
     n = b_kn.shape[1] if b_kn is not None else n
@@ -78,36 +86,49 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
         return Choice(fast, nr, "faithful: VPMADDUBSW always, saturating as the hardware and oneDNN do")
     if b_kn is None and proof is None:
         return Choice(fast, nr, "exact: decided when the weights are packed: VPMADDUBSW where every column "
-                                "pair is proven safe (255*(|w0|+|w1|) <= 32767), else the widening VPMADDWD path")
+                                "pair is proven safe (opposite signs, or 255*(|w0|+|w1|) <= 32767)"
+                                + (" or few are not (residual cells)" if split else "")
+                                + ", else the widening VPMADDWD path", residual=split)
+    if split and unsafe is None:
+        unsafe = unsafe_pairs(b_kn)
     if proof is None:
-        proof = saturation_proof(b_kn)
+        proof = saturation_proof(b_kn, unsafe)
     safe, total = proof
     if safe == total:
-        return Choice(fast, nr, f"exact: all {total} column pairs proven safe (255*(|w0|+|w1|) <= 32767), "
-                                "fast VPMADDUBSW path")
+        return Choice(fast, nr, f"exact: all {total} column pairs proven safe (opposite signs, or "
+                                "255*(|w0|+|w1|) <= 32767), fast VPMADDUBSW path", residual=split)
+    if split:
+        cells = int(unsafe_cells(unsafe, fast.lanes, nr).sum())
+        share = cells / (unsafe.shape[0] * -(-unsafe.shape[1] // fast.lanes))
+        if share <= SPLIT_MAX_SHARE:
+            return Choice(fast, nr, f"exact: {safe} of {total} column pairs proven safe; the rest are split, "
+                                    f"VPMADDUBSW path plus {cells} residual cells ({share:.1%} of the k pair x "
+                                    "vector cells) added by VPMADDWD", residual=True)
     return Choice(widening_path(isa), nr,
                   f"exact: {safe} of {total} column pairs proven safe; the rest can saturate, "
                   "widening VPMADDWD path")
 
 
-def candidates(isa: str, policy: str, n: int) -> list[Choice]:
+def candidates(isa: str, policy: str, n: int, split: bool = False) -> list[Choice]:
     """Every decision weights of ``n`` columns can lead to: the fast path, and for
     ``exact`` on a non-VNNI level the widening one too, so that a primitive whose weights
     are not known yet can make both kernels at creation (its first execution then
-    generates nothing, whichever the weights take)."""
-    first = decide(isa, policy, None, n)
+    generates nothing, whichever the weights take). With ``split`` the fast kernel reads
+    residual cells (none when every pair is safe)."""
+    first = decide(isa, policy, None, n, split=split)
     if policy != "exact" or first.path.kind == "vnni":
         return [first]
     return [first, Choice(widening_path(isa), first.nr, "exact: some column pair can saturate VPMADDUBSW, "
                                                          "widening VPMADDWD path")]
 
 
-def pack_weights(b_kn: np.ndarray, isa: str, policy: str) -> tuple[PackedB, Choice]:
+def pack_weights(b_kn: np.ndarray, isa: str, policy: str, split: bool = False) -> tuple[PackedB, Choice]:
     """The decision for the K x N weights ``b_kn`` and the weights packed for it (the
-    saturation proof taken once, for both)."""
-    proof = saturation_proof(b_kn)
-    choice = decide(isa, policy, b_kn, proof=proof)
-    return pack_b(b_kn, choice.path, choice.nr, proof), choice
+    saturation proof taken once, for both). ``split``: see :func:`decide`."""
+    unsafe = unsafe_pairs(b_kn)
+    proof = saturation_proof(b_kn, unsafe)
+    choice = decide(isa, policy, b_kn, proof=proof, split=split, unsafe=unsafe)
+    return pack_b(b_kn, choice.path, choice.nr, proof, unsafe, residual=choice.residual), choice
 
 
 def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, shape: tuple | None = None,
@@ -123,10 +144,10 @@ def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, shape: tuple |
     from jit.gemm_kernel import choose_tile
 
     if shape is None:
-        return kernel_of(choose_tile(choice.path, s8_src, output, choice.nr))
+        return kernel_of(choose_tile(choice.path, s8_src, output, choice.nr, residual=choice.residual))
     M, N, K, threads = shape
     known = dict(rows=(M,), ks=(K,), ns=(N,)) if only_this_shape else {}
-    kspec = choose_tile(choice.path, s8_src, output, choice.nr, **known)
+    kspec = choose_tile(choice.path, s8_src, output, choice.nr, residual=choice.residual, **known)
     return kernel_of(tuned_spec(kspec, M, N, K, threads))
 
 
@@ -222,10 +243,10 @@ class Gemm:
                      self.N if self.transb == "N" else self.K, self.ldb)
         b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
             else B[: self.K, : self.N]
-        return pack_weights(b_kn, self.isa, self.policy)
+        return pack_weights(b_kn, self.isa, self.policy, split=True)
 
     def _kernel(self, choice: Choice, spec: OutputSpec):
-        key = (choice.path, choice.nr, spec)
+        key = (choice.path, choice.nr, choice.residual, spec)
         kernel = self._kernels.get(key)
         if kernel is None:
             # gemm_u8s8s32 and the like make a Gemm per call, of any shape: one kernel
@@ -344,7 +365,7 @@ class Gemm:
 
     def impl_info(self) -> dict:
         """Which ISA path, kernel, blocking and policy decision this GEMM uses."""
-        choice = self._choice or self._last_choice or decide(self.isa, self.policy, None, self.N)
+        choice = self._choice or self._last_choice or decide(self.isa, self.policy, None, self.N, split=True)
         packed = self._packed or self._last_packed
         info = {
             "primitive": "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32",
@@ -356,6 +377,7 @@ class Gemm:
         if packed is not None:
             info["safe_pairs"] = packed.safe_pairs
             info["total_pairs"] = packed.total_pairs
+            info["cells"] = packed.cells
         kernels = [k.meta.get("kspec") for k in self._kernels.values()]
         if kernels:
             info["kernels"] = [k.name for k in kernels]

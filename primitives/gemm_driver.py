@@ -93,6 +93,12 @@ def new_args(kspec, packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c
     s.m, s.n = r1 - r0, c1 - c0
     s.outer = 1
     s.b = _at(packed.data, (c0 // packed.tile_n) * packed.tile_stride)
+    if kspec.residual:  # the cells of the call's first tile on
+        head = packed.res_head
+        if head is None or head.shape[1] != 1 + kspec.nr:
+            raise RuntimeError(f"internal: {kspec.name} reads residual cells that these packed weights lack")
+        s.res_head = _at(head, (c0 // packed.tile_n) * head.strides[0])
+        s.res_entries = _at(packed.res_entries)
     s.col_comp = _at(out.col_comp, 4 * c0)
     s.row_comp = _at(out.row_comp, 4 * r0)
     for name in ("scale", "bias", "dst_zp"):
@@ -204,7 +210,7 @@ class GemmKernels:
     def _kernel(self, choice, output=None):
         """``output``: the stage to run, where not the descriptor's (``primitives.pipeline.dst_stage``)."""
         kernels = self.__dict__.setdefault("_kernels", {})
-        key = (choice.path, choice.nr, output)
+        key = (choice.path, choice.nr, choice.residual, output)
         if key not in kernels:
             kernels[key] = self.pd._kernel_for(choice, output)
         return kernels[key]

@@ -6,6 +6,13 @@ for the exact widening path, as s16 pairs (``[tile][k group][pair][vector][lane]
 Packing pads N to whole tiles and K to whole groups with zeros, so the kernel never
 needs a mask to read B, and it yields the column sums the compensation needs and the
 overflow proof of the VPMADDUBSW path.
+
+Exact weights with a few unsafe pairs (trained weights: most pairs are small or of
+opposite signs) are split for the VPMADDUBSW kernel instead of widened: each unsafe
+pair's second weight is cut so the pair sums to 128 in magnitude (safe), and what was
+cut goes to a residual table of cells, one per (k pair, vector of a tile) holding an
+unsafe pair, which the kernel adds after its K loop with VPMADDWD on s16
+(:func:`residual_tables`).
 """
 from __future__ import annotations
 
@@ -33,31 +40,108 @@ class PackedB:
     # A batch-reduce B (convolution) of equal K runs: int64 column sums per run and window
     # column in it (runs x kw x colsum's length), for rows that read part of the window.
     run_colsum: np.ndarray | None = None
+    # Split weights (pack_b's ``residual``): per tile, the byte offset of its cells in
+    # res_entries and their count per vector (int64, tiles x (1 + nr)); the cells
+    # (RESIDUAL_ENTRY each); how many there are.
+    res_head: np.ndarray | None = None
+    res_entries: np.ndarray | None = None
+    cells: int = 0
 
-    @property
-    def all_safe(self) -> bool:
-        return self.safe_pairs == self.total_pairs
+
+def residual_entry(lanes: int) -> np.dtype:
+    """One residual cell: the pair's K offset (bytes into an A row) and, per lane
+    (column), the s16 pair of weights the kernel's VPMADDWD multiplies A's pair by."""
+    return np.dtype([("koff", "<i8"), ("r", "<i2", (2 * lanes,))])
 
 
-def saturation_proof(b_kn: np.ndarray) -> tuple[int, int]:
-    """How many (column, k pair) pairs satisfy ``255 * (|w0| + |w1|) <= 32767``.
+def unsafe_pairs(b_kn: np.ndarray) -> np.ndarray:
+    """Which (k pair, column) pairs can saturate VPMADDUBSW's s16 sum: (ceil(K/2), N) bool.
 
-    A pair that does can never saturate VPMADDUBSW's s16 sum, whatever the u8 source;
-    pairs are k = 2j, 2j+1 as the kernels form them.
+    Pairs are k = 2j, 2j+1 as the kernels form them. With u8 sources up to 255 a pair of
+    one sign reaches 255 * (|w0| + |w1|), over 32767 once |w0| + |w1| >= 129; a pair of
+    opposite signs stays within 255 * 128 = 32640 in magnitude, whatever its values.
     """
     k = b_kn.shape[0]
-    w = np.abs(b_kn).view(np.uint8)  # |-128| wraps to -128, whose byte reads 128 unsigned
-    pair = w[0::2].astype(np.uint16)
-    pair[: k // 2] += w[1::2]
-    # 255 * pair <= 32767 exactly when pair <= 128
-    return int(np.count_nonzero(pair <= 32767 // 255)), int(pair.size)
+    w0 = b_kn[0::2].astype(np.int16)
+    w1 = np.zeros_like(w0)
+    w1[: k // 2] = b_kn[1::2]
+    return ((w0 ^ w1) >= 0) & (np.abs(w0 + w1) > 128)  # same sign bit, so |w0 + w1| = |w0| + |w1|
 
 
-def pack_b(b_kn: np.ndarray, path: Path, nr: int, proof: tuple[int, int] | None = None) -> PackedB:
+def saturation_proof(b_kn: np.ndarray, unsafe: np.ndarray | None = None) -> tuple[int, int]:
+    """(pairs proven never to saturate VPMADDUBSW, all pairs): see :func:`unsafe_pairs`."""
+    unsafe = unsafe_pairs(b_kn) if unsafe is None else unsafe
+    return int(unsafe.size - np.count_nonzero(unsafe)), int(unsafe.size)
+
+
+def unsafe_cells(unsafe: np.ndarray, lanes: int, nr: int) -> np.ndarray:
+    """Cells (tile, vector, k pair) holding an unsafe pair: (tiles, nr, pairs) bool."""
+    pairs, n = unsafe.shape
+    tile_n = nr * lanes
+    tiles = -(-n // tile_n)
+    padded = np.zeros((pairs, tiles * tile_n), bool)
+    padded[:, :n] = unsafe
+    return padded.reshape(pairs, tiles, nr, lanes).any(axis=3).transpose(1, 2, 0)
+
+
+def split_weights(b_kn: np.ndarray, unsafe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(weights whose every pair is safe, the s16 rest of each pair's second weight).
+
+    An unsafe pair keeps w0 and takes sign * (128 - |w0|) as its second weight, so its
+    magnitudes sum to 128; the rest, w1 minus that, is at most 127 in magnitude.
+    """
+    k = b_kn.shape[0]
+    safe = np.array(b_kn, np.int8)  # a copy, in K x N order
+    rest = np.zeros(unsafe.shape, np.int16)
+    cut = unsafe[: k // 2]
+    if cut.any():
+        w0 = b_kn[0:2 * (k // 2):2].astype(np.int16)[cut]
+        w1 = b_kn[1::2].astype(np.int16)[cut]
+        kept = np.where(w1 < 0, np.abs(w0) - 128, 128 - np.abs(w0))
+        rest[: k // 2][cut] = w1 - kept
+        odd = safe[1::2]
+        odd[cut] = kept
+    return safe, rest
+
+
+def residual_tables(unsafe: np.ndarray, rest: np.ndarray, lanes: int, nr: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's residual cells in the order it reads them (tile, vector, k pair), and
+    per tile the byte offset of its first cell and its cell count per vector."""
+    cells = unsafe_cells(unsafe, lanes, nr)
+    tiles = cells.shape[0]
+    t, v, p = np.nonzero(cells)
+    entry = residual_entry(lanes)
+    entries = np.zeros(len(t), entry)
+    entries["koff"] = 2 * p
+    pairs, n = rest.shape
+    padded = np.zeros((pairs, tiles * nr * lanes), np.int16)
+    padded[:, :n] = rest
+    cols = (t * nr + v)[:, None] * lanes + np.arange(lanes)
+    entries["r"][:, 1::2] = padded[p[:, None], cols]  # (0, rest): the pair's first weight stays whole
+    head = np.zeros((tiles, 1 + nr), np.int64)
+    head[:, 1:] = np.bincount(t * nr + v, minlength=tiles * nr).reshape(tiles, nr)
+    per_tile = head[:, 1:].sum(axis=1)
+    head[1:, 0] = np.cumsum(per_tile)[:-1] * entry.itemsize
+    data = aligned_zeros(max(entries.nbytes, entry.itemsize))  # never empty: a pointer to pass
+    data[: entries.nbytes] = entries.view(np.uint8)
+    return head, data
+
+
+def pack_b(b_kn: np.ndarray, path: Path, nr: int, proof: tuple[int, int] | None = None,
+           unsafe: np.ndarray | None = None, residual: bool = False) -> PackedB:
     """Pack the logical K x N s8 matrix ``b_kn`` for ``path`` with tiles of ``nr`` vectors.
 
     ``proof``: ``saturation_proof(b_kn)`` where the caller has it already (it decided the
-    path with it); computed here otherwise."""
+    path with it); computed here otherwise. ``residual``: split the unsafe pairs
+    (``unsafe``: :func:`unsafe_pairs`, where the caller has it) into the residual tables
+    a VPMADDUBSW kernel with ``residual`` reads (the tables are empty when every pair is
+    safe)."""
+    original, res_head, res_entries, cells = b_kn, None, None, 0
+    if residual:
+        unsafe = unsafe_pairs(b_kn) if unsafe is None else unsafe
+        b_kn, rest = split_weights(b_kn, unsafe)
+        res_head, res_entries = residual_tables(unsafe, rest, path.lanes, nr)
+        cells = int(res_head[:, 1:].sum())
     k, n = b_kn.shape
     lanes = path.lanes
     tile_n = nr * lanes
@@ -86,6 +170,7 @@ def pack_b(b_kn: np.ndarray, path: Path, nr: int, proof: tuple[int, int] | None 
     data = aligned_zeros(4 * units.size)
     data.view(np.int32).reshape(units.shape)[...] = units  # one copy, into the aligned buffer
     colsum = np.zeros(n_pad, np.int64)
-    colsum[:n] = b_kn.sum(axis=0, dtype=np.int32 if k < 1 << 24 else np.int64)  # |sum| <= 128 K
-    safe, total = saturation_proof(b_kn) if proof is None else proof
-    return PackedB(data, n, k, tile_n, tiles, data.nbytes // tiles, colsum, safe, total)
+    colsum[:n] = original.sum(axis=0, dtype=np.int32 if k < 1 << 24 else np.int64)  # |sum| <= 128 K
+    safe, total = saturation_proof(original, unsafe) if proof is None else proof
+    return PackedB(data, n, k, tile_n, tiles, data.nbytes // tiles, colsum, safe, total,
+                   res_head=res_head, res_entries=res_entries, cells=cells)

@@ -48,6 +48,12 @@ def make_data(rng, kind, a_type, rows_a, cols_a, rows_b, cols_b):
     elif kind == "safe":
         A = rng.integers(lo, hi, (rows_a, cols_a), dtype=a_dt)
         B = rng.integers(-64, 65, (rows_b, cols_b), dtype=np.int8)
+    elif kind == "sparse":  # safe weights but a few large ones: split into residual cells, or widened
+        A = np.full((rows_a, cols_a), hi - 1, a_dt) if rng.integers(2) else \
+            rng.integers(lo, hi, (rows_a, cols_a), dtype=a_dt)
+        B = rng.integers(-64, 65, (rows_b, cols_b), dtype=np.int8)
+        large = rng.random(B.shape) < rng.choice([0.002, 0.01, 0.05])
+        B[large] = rng.choice(np.array([127, -128, 120, -100], np.int8), int(large.sum()))
     else:
         raise AssertionError(kind)
     return A, B
@@ -153,7 +159,7 @@ def gemm_cases(draw):
         M=draw(small_biased), N=draw(small_biased), K=draw(small_biased),
         lda_pad=draw(st.sampled_from([0, 0, 1, 3, 64])), ldb_pad=draw(st.sampled_from([0, 0, 1, 5])),
         ldc_pad=draw(st.sampled_from([0, 0, 1, 17])),
-        kind=draw(st.sampled_from(["random", "random", "saturating", "safe"])),
+        kind=draw(st.sampled_from(["random", "random", "saturating", "safe", "sparse"])),
         seed=draw(st.integers(0, 2**32 - 1)),
         api=draw(st.sampled_from(["function", "create", "execute"])),
         with_co=draw(st.booleans()),
@@ -186,16 +192,17 @@ def check_decision(info, isa, policy, safe_weights):
         # |w| <= 64: 255 * (|w0| + |w1|) <= 32640, every pair proven safe -> fast path
         assert info["safe_pairs"] == info["total_pairs"]
         assert info["path"] == "maddubsw", info["decision"]
+    elif info["path"] == "maddubsw":  # every pair safe, or the unsafe ones split into cells
+        assert info["safe_pairs"] == info["total_pairs"] or (info["cells"] and "residual cells" in info["decision"])
     else:
-        want = "maddubsw" if info["safe_pairs"] == info["total_pairs"] else "widen"
-        assert info["path"] == want, info["decision"]
+        assert info["path"] == "widen" and info["safe_pairs"] < info["total_pairs"], info["decision"]
     if info["path"] != "maddubsw":
         assert info["exact"]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("a_type", ["u8", "s8"])
-@pytest.mark.parametrize("kind", ["random", "saturating", "safe"])
+@pytest.mark.parametrize("kind", ["random", "saturating", "safe", "sparse"])
 def test_data_kinds_every_path(isa_path, policy, a_type, kind):
     """Each data kind at a fixed odd shape with offsets (a deterministic floor under hypothesis)."""
     _, _, info = run_and_check(isa=isa_path, policy=policy, a_type=a_type, M=45, N=77, K=131, ao=3, bo=-5,
@@ -577,14 +584,20 @@ def test_thin_gemm_matches_numpy(isa_path):
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 9), st.integers(1, 9), st.data())
 def test_saturation_proof_counts_pairs_by_its_definition(k, n, data):
-    """The VPMADDUBSW proof against ``255 * (|w0| + |w1|) <= 32767`` in plain integers:
-    the extreme weights (-128, whose absolute value does not fit s8) and odd K (the last
-    pair has one weight) included."""
+    """The VPMADDUBSW proof against its definition in plain integers: a pair is safe when
+    no u8 sources a0, a1 take a0*w0 + a1*w1 outside s16 (the sum is linear in each, so the
+    corners 0 and 255 bound it). The extreme weights (-128, whose absolute value does not
+    fit s8), opposite signs (safe whatever their size) and odd K (the last pair has one
+    weight) included."""
     from primitives.gemm_pack import saturation_proof
 
     values = st.sampled_from([-128, -127, -65, -64, -63, -1, 0, 1, 63, 64, 65, 127])
     b = np.array(data.draw(st.lists(values, min_size=k * n, max_size=k * n)), np.int8).reshape(k, n)
-    w = [[abs(int(v)) for v in row] for row in b.tolist()] + ([[0] * n] if k % 2 else [])
-    pairs = [w[2 * j][c] + w[2 * j + 1][c] for j in range(len(w) // 2) for c in range(n)]
-    assert saturation_proof(b) == (sum(255 * p <= 32767 for p in pairs), len(pairs))
+    w = b.astype(int).tolist() + ([[0] * n] if k % 2 else [])
+    pairs = [(w[2 * j][c], w[2 * j + 1][c]) for j in range(len(w) // 2) for c in range(n)]
+
+    def safe(w0, w1):
+        sums = [a0 * w0 + a1 * w1 for a0 in (0, 255) for a1 in (0, 255)]
+        return -32768 <= min(sums) and max(sums) <= 32767
+    assert saturation_proof(b) == (sum(safe(*p) for p in pairs), len(pairs))
     assert saturation_proof(np.ascontiguousarray(b.T).T) == saturation_proof(b)  # a strided view
