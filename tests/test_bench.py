@@ -190,3 +190,25 @@ def test_conv_sources_times_each_way_with_equal_outputs(capsys):
     with pytest.raises(ValueError, match="--variants"):
         with conv_sources.variant("mirror"):
             pass
+
+
+def test_trained_weights_rows_take_the_split_path():
+    """``--weights trained``: labelled rows whose weights, per-channel quantized Laplacian
+    values, are what exact splits into residual cells on a path without VNNI (the rows
+    then time that kernel, not the widening one); the uniform default widens."""
+    import argparse
+
+    from primitives.gemm import decide
+    from tools import bench_primitives as bp
+
+    args = argparse.Namespace(shapes="128x768x768", quick=True, policy="exact,faithful", weights="trained")
+    exact, faithful = bp.problems_for("ip", args)
+    assert (exact["label"], faithful["label"]) == ("128x768x768 [trained weights]",
+                                                   "128x768x768 [faithful, trained weights]")
+    _, W, _, _, _ = bp.gemm_operands(exact)
+    assert np.array_equal(np.abs(W).max(axis=0), np.full(768, 127))  # per channel to +-127
+    assert decide("avx2", "exact", W, split=True).residual
+    _, uniform, _, _, _ = bp.gemm_operands(dict(exact, weights="uniform"))
+    assert decide("avx2", "exact", uniform, split=True).path.kind == "widen"
+    names = [name for name, _ in bp.chain_groups("ip", [], argparse.Namespace(shapes=None, weights="trained"))]
+    assert names == ["BERT-base linears, 128 tokens, trained weights", "BERT-base linears, 384 tokens, trained weights"]

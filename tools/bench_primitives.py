@@ -4,6 +4,7 @@
     int8jit-bench ip --quick              # a smaller set, shorter timings
     int8jit-bench conv --batch 1 --threads 1
     int8jit-bench conv --policy exact,faithful  # int8jit's rows under each overflow policy
+    int8jit-bench ip --weights trained    # Laplacian weights per channel: exact splits them
     int8jit-bench pool --csv pool.csv --markdown pool.md
     python -m tools.bench_primitives matmul ...   # the same, without the int8jit-bench script
 
@@ -28,6 +29,9 @@ What runs (the issues' "Performance" lists):
 operands, the policy in the row's label. The weights are full range, so on ``avx2`` and
 ``avx512_core`` ``exact`` takes the widening path, while ``faithful`` computes what
 oneDNN computes there (VPMADDUBSW saturation included: its check reads ``=``).
+``--weights trained`` (matmul, ip) gives both sides Laplacian weights quantized per output
+channel to +-127 instead: with their few large values ``exact`` there splits the weights
+into VPMADDUBSW pairs and residual cells (``primitives.gemm_pack``) rather than widening.
 
 How it measures. The machine is shared and its clock moves, so the two sides run
 interleaved, never one after the other. oneDNN fixes its ISA and thread count when it
@@ -211,9 +215,16 @@ def gemm_operands(case):
     rng = _rng({k: case[k] for k in ("M", "N", "K")}, 0)
     A = rng.integers(0, 256, (M, K), dtype=np.uint8)
     W = rng.integers(-128, 128, (K, N), dtype=np.int16).astype(np.int8)
+    w_std = 74.0
+    if case.get("weights") == "trained":
+        # Laplacian values quantized per output channel to +-127, as trained weights are:
+        # most small, a few large (on avx2/avx512_core exact splits them, see --weights).
+        w = rng.laplace(size=(K, N))
+        W = np.round(w * (127 / np.abs(w).max(axis=0))).astype(np.int8)
+        w_std = float(W.std())
     # One standard deviation of the product maps to ~1; dst = relu(x) * 60: half the
     # outputs 0, a few saturated, most in between.
-    wscale = (rng.uniform(0.5, 1.5, N) / (np.sqrt(K) * 74.0 * 74.0)).astype(np.float32)
+    wscale = (rng.uniform(0.5, 1.5, N) / (np.sqrt(K) * 74.0 * w_std)).astype(np.float32)
     bias = rng.normal(0.0, 0.5, N).astype(np.float32)
     return A, W, bias, wscale, np.float32([1.0 / 60.0])
 
@@ -1001,7 +1012,9 @@ def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
     """The chains ``--chain`` times: the selected layers in order (per policy, and per
     batch for conv), or by default a network's, per policy asked for: ResNet-50's 53
     convolutions, BERT-base's 72 linears."""
-    named = lambda what, p: what + ("" if p == "exact" else f", {p}")  # noqa: E731
+    weights = getattr(args, "weights", "uniform")
+    named = lambda what, p: what + ("" if p == "exact" else f", {p}") + (  # noqa: E731
+        "" if weights == "uniform" else f", {weights} weights")
     if bench == "conv" and not args.layers:
         by = {c["label"]: c for c in CONV_LAYERS}
         return [(named(f"ResNet-50 convolutions, batch {n}", p),
@@ -1010,7 +1023,8 @@ def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
     if bench != "conv" and not args.shapes:
         by = {c["label"]: c for c in GEMM_SHAPES}
         return [(named(f"BERT-base linears, {t} tokens", p),
-                 [with_policy(dict(by[f"BERT-{t} {part}"], prim=bench), p) for part in BERT_LAYER] * 12)
+                 [with_policy(dict(by[f"BERT-{t} {part}"], prim=bench), p, weights) for part in BERT_LAYER]
+                 * 12)
                 for p in policies(bench, args) for t in (128, 384)]
     groups: dict[tuple, list] = {}
     for c in problems:
@@ -1031,10 +1045,12 @@ def policies(bench, args) -> list[str]:
     return wanted
 
 
-def with_policy(case: dict, policy: str) -> dict:
-    """``case`` run under int8jit's ``policy``: labelled with it unless it is exact."""
-    label = case["label"] if policy == "exact" else f"{case['label']} [{policy}]"
-    return dict(case, policy=policy, label=label)
+def with_policy(case: dict, policy: str, weights: str = "uniform") -> dict:
+    """``case`` run under int8jit's ``policy`` on ``weights`` (matmul, ip): labelled with
+    each unless it is the default (exact, uniform)."""
+    tags = ([] if policy == "exact" else [policy]) + ([] if weights == "uniform" else [f"{weights} weights"])
+    label = case["label"] + (f" [{', '.join(tags)}]" if tags else "")
+    return dict(case, policy=policy, label=label, **({} if weights == "uniform" else {"weights": weights}))
 
 
 def _select(items, wanted, what):
@@ -1060,7 +1076,8 @@ def problems_for(bench, args) -> list[dict]:
                 items.append(_fc(f"{M}x{N}x{K}", M, N, K))
         else:
             items = [c for c in GEMM_SHAPES if not args.quick or c["label"] in GEMM_QUICK]
-        return [with_policy(dict(c, prim=bench), p) for p in policies(bench, args) for c in items]
+        weights = getattr(args, "weights", "uniform")
+        return [with_policy(dict(c, prim=bench), p, weights) for p in policies(bench, args) for c in items]
     if bench == "conv":
         items = _select(CONV_LAYERS, args.layers, "layer") if args.layers else \
             [c for c in CONV_LAYERS if not args.quick or c["label"] in CONV_QUICK]
@@ -1207,6 +1224,10 @@ def run(bench: str, argv=None) -> int:
     if bench in ("matmul", "ip"):
         ap.add_argument("--shapes", help="comma-separated MxNxK (default: the issue's list)")
         ap.add_argument("--no-creation", action="store_true", help="skip the creation-time table")
+        ap.add_argument("--weights", choices=("uniform", "trained"), default="uniform",
+                        help="the weights both sides get: uniform over the s8 range (default), or trained-like "
+                             "(Laplacian, quantized per output channel to +-127: a few large values, which exact "
+                             "splits into residual cells on avx2 and avx512_core instead of widening)")
     else:
         ap.add_argument("--layers", help="comma-separated problem names (default: the whole list)")
     if bench == "conv":
