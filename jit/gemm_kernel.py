@@ -15,8 +15,8 @@ rows and column tiles, with the whole loop nest inside the generated code::
                 the line rotating per row block; with ``prefetch_ahead`` the group's
                 lines that many bytes on go to L1)
             last group when K % 4 != 0:          A read as the row's last dword, shifted
-          [for each residual cell (k pair, vector v) of the tile:]
-                acc[i][v] += VPMADDWD(A[i, k:k+2] as s16, the cell's s16 pair per lane)
+          [for each residual cell (K group, vector v) of the tile:]
+                acc[i][v] += dot(A[i, k:k+4], the cell's bytes)   one more VPMADDUBSW step
             output stage (jit.output): compensation, scales, bias, post-ops, masked store
 
 The bracketed loops exist in kernels whose spec asks for them: ``positions`` makes the
@@ -101,8 +101,8 @@ class GemmKernelSpec:
     residual: bool = False
 
     def __post_init__(self):
-        if self.residual and (self.path.kind != "maddubsw" or self.positions or self.outer):
-            raise ValueError("residual: only a VPMADDUBSW GEMM without positions or outer blocks reads cells")
+        if self.residual and self.path.kind != "maddubsw":
+            raise ValueError("residual: only a VPMADDUBSW kernel reads cells")
         if self.unroll_k < 1:
             raise ValueError(f"unroll_k: expected >= 1, got {self.unroll_k}")
         if not 1 <= self.mr <= MAX_MR:
@@ -260,8 +260,6 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         ctrl_regs = list(zip(held, (ctrl01, ctrl23)))  # (register, constant) to load
         controls = held + [ctrl01, ctrl23][len(held):]  # what the two VPSHUFBs read
         nxt += len(held)
-    # A cell's word of two A bytes -> two s16 (byte 0, zero, byte 1, zero per dword)
-    cell_ctrl = vector_constant(path, [0x80018000], "cell_pair") if spec.residual else None
     vxor = asm.VPXORD if path.bits == 512 else asm.VPXOR
     vload = asm.VMOVDQU32 if path.bits == 512 else asm.VMOVDQU
 
@@ -334,13 +332,9 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
 
     def residual_cells(rows: int) -> None:
         # r9: the tile's head (cells' offset, count per vector), rbx: the cell, rbp: cells
-        # left for the vector. A cell's pair of A bytes is broadcast as a word, offset
-        # (for s8) and zero-extended to s16 by VPSHUFB, then multiplied by the cell's s16
-        # pairs: exact, and about five instructions per row (a few percent of the loop's
-        # time while cells are a few percent of the (k pair, vector)s).
+        # left for the vector. A cell is one more K group step of one vector: A's dword
+        # broadcast, times the cell's bytes (one weight per byte pair: no saturation).
         entry = 8 + vb
-        ctrl = breg[0]  # B is dead after the K loop
-        vload(ctrl, cell_ctrl)
         MOV(r9, [args + off["res_cur"]])
         MOV(rbx, [r9])
         ADD(rbx, [args + off["res_entries"]])
@@ -354,12 +348,10 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             ADD(rdx, rax)
             row_bases(rdx, r8, rows)
             for i in range(rows):
-                asm.VPBROADCASTW(areg, asm.word[a_row(i)])
+                asm.VPBROADCASTD(areg, asm.dword[a_row(i)])
                 if xor80 is not None:
                     vxor(areg, areg, xor80)
-                asm.VPSHUFB(areg, areg, ctrl)
-                asm.VPMADDWD(tmp, areg, [rbx + 8])
-                asm.VPADDD(acc[i][v], acc[i][v], tmp)
+                emit_step(path, acc[i][v], areg, [rbx + 8], tmp, ones)
             ADD(rbx, entry)
             DEC(rbp)
             asm.JNZ(cell)

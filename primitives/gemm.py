@@ -33,9 +33,10 @@ POLICIES = ("exact", "faithful")
 _NR = {512: 4, 256: 2}  # vectors per tile
 _SHIFT_A_TILES = 4  # s8 A: shift to u8 once per call (not per tile) from this many column tiles
 # Exact weights split into safe ones and residual cells while at most this share of the
-# (k pair, vector)s hold an unsafe pair; widened beyond. A cell costs about 2.6 times its
-# share of the loop and widening 38-41% (BERT-base inner products on a Zen 3): even near 0.15.
-SPLIT_MAX_SHARE = 0.12
+# (K group, vector)s hold an unsafe pair; widened beyond. A cell, one more VPMADDUBSW step
+# plus its loop's bookkeeping, costs about 1.2 times its share of the loop, widening
+# 36-43% (BERT-base inner products on a Zen 3): even near 0.3.
+SPLIT_MAX_SHARE = 0.25
 
 
 def _wrap32(x: np.ndarray) -> np.ndarray:
@@ -66,7 +67,7 @@ def tile_vectors(path: Path, n: int) -> int:
 
 def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
            proof: tuple[int, int] | None = None, *, split: bool = False,
-           unsafe: np.ndarray | None = None) -> Choice:
+           unsafe: np.ndarray | None = None, nr: int | None = None) -> Choice:
     """The path and tile width a GEMM with logical K x N weights ``b_kn`` takes on ``isa``.
 
     The fast path, except for policy ``exact`` on a non-VNNI level when some column pair
@@ -75,11 +76,12 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
     the widening path. Without weights (``b_kn`` None, ``n`` columns): the fast path,
     the decision left to the packing (:func:`candidates` names every kernel it can take).
     ``proof`` and ``unsafe``: the weights' ``saturation_proof`` and ``unsafe_pairs``,
-    where the caller has them.
+    where the caller has them; ``nr``: the tile width (vectors) where the caller's
+    kernels use another than :func:`tile_vectors` (a convolution).
     """
     fast = fast_path(isa)
     n = b_kn.shape[1] if b_kn is not None else n
-    nr = tile_vectors(fast, n)
+    nr = nr or tile_vectors(fast, n)
     if fast.kind == "vnni":
         return Choice(fast, nr, "VPDPBUSD: exact u8*s8 dot products, no intermediate saturation")
     if policy == "faithful":
@@ -99,11 +101,11 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
                                 "255*(|w0|+|w1|) <= 32767), fast VPMADDUBSW path", residual=split)
     if split:
         cells = int(unsafe_cells(unsafe, fast.lanes, nr).sum())
-        share = cells / (unsafe.shape[0] * -(-unsafe.shape[1] // fast.lanes))
+        share = cells / (-(-unsafe.shape[0] // 2) * -(-unsafe.shape[1] // fast.lanes))
         if share <= SPLIT_MAX_SHARE:
             return Choice(fast, nr, f"exact: {safe} of {total} column pairs proven safe; the rest are split, "
-                                    f"VPMADDUBSW path plus {cells} residual cells ({share:.1%} of the k pair x "
-                                    "vector cells) added by VPMADDWD", residual=True)
+                                    f"VPMADDUBSW path plus {cells} residual cells ({share:.1%} of the K group x "
+                                    "vector cells), a VPMADDUBSW step each", residual=True)
     return Choice(widening_path(isa), nr,
                   f"exact: {safe} of {total} column pairs proven safe; the rest can saturate, "
                   "widening VPMADDWD path")

@@ -10,8 +10,8 @@ overflow proof of the VPMADDUBSW path.
 Exact weights with a few unsafe pairs (trained weights: most pairs are small or of
 opposite signs) are split for the VPMADDUBSW kernel instead of widened: each unsafe
 pair's second weight is cut so the pair sums to 128 in magnitude (safe), and what was
-cut goes to a residual table of cells, one per (k pair, vector of a tile) holding an
-unsafe pair, which the kernel adds after its K loop with VPMADDWD on s16
+cut goes to a residual table of cells, one per (K group of 4, vector of a tile) holding
+an unsafe pair, which the kernel adds after its K loop as one more VPMADDUBSW step each
 (:func:`residual_tables`).
 """
 from __future__ import annotations
@@ -49,9 +49,11 @@ class PackedB:
 
 
 def residual_entry(lanes: int) -> np.dtype:
-    """One residual cell: the pair's K offset (bytes into an A row) and, per lane
-    (column), the s16 pair of weights the kernel's VPMADDWD multiplies A's pair by."""
-    return np.dtype([("koff", "<i8"), ("r", "<i2", (2 * lanes,))])
+    """One residual cell: where its dword of A starts (bytes into an A row) and, per lane
+    (column), the four s8 weights the kernel's VPMADDUBSW multiplies that dword by. Of
+    each pair of bytes at most one weight is not zero (a cut pair's second one, at most
+    128 in magnitude), so the s16 sums cannot saturate."""
+    return np.dtype([("koff", "<i8"), ("r", "i1", (lanes, 4))])
 
 
 def unsafe_pairs(b_kn: np.ndarray) -> np.ndarray:
@@ -75,13 +77,13 @@ def saturation_proof(b_kn: np.ndarray, unsafe: np.ndarray | None = None) -> tupl
 
 
 def unsafe_cells(unsafe: np.ndarray, lanes: int, nr: int) -> np.ndarray:
-    """Cells (tile, vector, k pair) holding an unsafe pair: (tiles, nr, pairs) bool."""
+    """Cells (tile, vector, K group of 4) holding an unsafe pair: (tiles, nr, groups) bool."""
     pairs, n = unsafe.shape
     tile_n = nr * lanes
     tiles = -(-n // tile_n)
-    padded = np.zeros((pairs, tiles * tile_n), bool)
-    padded[:, :n] = unsafe
-    return padded.reshape(pairs, tiles, nr, lanes).any(axis=3).transpose(1, 2, 0)
+    padded = np.zeros((-(-pairs // 2) * 2, tiles * tile_n), bool)
+    padded[:pairs, :n] = unsafe
+    return padded.reshape(-1, 2, tiles, nr, lanes).any(axis=(1, 4)).transpose(1, 2, 0)
 
 
 def split_weights(b_kn: np.ndarray, unsafe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -104,25 +106,35 @@ def split_weights(b_kn: np.ndarray, unsafe: np.ndarray) -> tuple[np.ndarray, np.
     return safe, rest
 
 
-def residual_tables(unsafe: np.ndarray, rest: np.ndarray, lanes: int, nr: int) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's residual cells in the order it reads them (tile, vector, k pair), and
-    per tile the byte offset of its first cell and its cell count per vector."""
+def residual_tables(unsafe: np.ndarray, rest: np.ndarray, k: int, lanes: int,
+                    nr: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's residual cells in the order it reads them (tile, vector, K group), and
+    per tile the byte offset of its first cell and its cell count per vector.
+
+    A cell of group g reads A's dword at 4g, its weights at bytes 1 and 3 (the second
+    weights of the group's pairs). The last group of a K that is not a multiple of 4 (and
+    at least 4) reads the row's last dword instead, at K - 4, so it never reads past the
+    row; only its first pair can be cut (the second lacks its second weight), its weight
+    then at byte 5 - K % 4."""
     cells = unsafe_cells(unsafe, lanes, nr)
     tiles = cells.shape[0]
-    t, v, p = np.nonzero(cells)
-    entry = residual_entry(lanes)
-    entries = np.zeros(len(t), entry)
-    entries["koff"] = 2 * p
+    t, v, g = np.nonzero(cells)
+    entries = np.zeros(len(t), residual_entry(lanes))
     pairs, n = rest.shape
-    padded = np.zeros((pairs, tiles * nr * lanes), np.int16)
-    padded[:, :n] = rest
+    padded = np.zeros((-(-pairs // 2) * 2, tiles * nr * lanes), np.int16)
+    padded[:pairs, :n] = rest
     cols = (t * nr + v)[:, None] * lanes + np.arange(lanes)
-    entries["r"][:, 1::2] = padded[p[:, None], cols]  # (0, rest): the pair's first weight stays whole
+    first, second = padded[2 * g[:, None], cols], padded[2 * g[:, None] + 1, cols]
+    shifted = (4 * g + 4 > k) & (k >= 4)
+    entries["koff"] = np.where(shifted, k - 4, 4 * g)
+    r = entries["r"]
+    r[~shifted, :, 1], r[~shifted, :, 3] = first[~shifted], second[~shifted]
+    if shifted.any():
+        r[shifted, :, 5 - k % 4] = first[shifted]
     head = np.zeros((tiles, 1 + nr), np.int64)
     head[:, 1:] = np.bincount(t * nr + v, minlength=tiles * nr).reshape(tiles, nr)
-    per_tile = head[:, 1:].sum(axis=1)
-    head[1:, 0] = np.cumsum(per_tile)[:-1] * entry.itemsize
-    data = aligned_zeros(max(entries.nbytes, entry.itemsize))  # never empty: a pointer to pass
+    head[1:, 0] = np.cumsum(head[:, 1:].sum(axis=1))[:-1] * entries.itemsize
+    data = aligned_zeros(max(entries.nbytes, entries.itemsize))  # never empty: a pointer to pass
     data[: entries.nbytes] = entries.view(np.uint8)
     return head, data
 
@@ -140,7 +152,7 @@ def pack_b(b_kn: np.ndarray, path: Path, nr: int, proof: tuple[int, int] | None 
     if residual:
         unsafe = unsafe_pairs(b_kn) if unsafe is None else unsafe
         b_kn, rest = split_weights(b_kn, unsafe)
-        res_head, res_entries = residual_tables(unsafe, rest, path.lanes, nr)
+        res_head, res_entries = residual_tables(unsafe, rest, b_kn.shape[0], path.lanes, nr)
         cells = int(res_head[:, 1:].sum())
     k, n = b_kn.shape
     lanes = path.lanes
@@ -174,3 +186,28 @@ def pack_b(b_kn: np.ndarray, path: Path, nr: int, proof: tuple[int, int] | None 
     safe, total = saturation_proof(original, unsafe) if proof is None else proof
     return PackedB(data, n, k, tile_n, tiles, data.nbytes // tiles, colsum, safe, total,
                    res_head=res_head, res_entries=res_entries, cells=cells)
+
+
+def residual_part(packed: PackedB, nr: int, run_k: int, offsets: np.ndarray, runs: tuple[int, int],
+                  ks: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The residual tables of a batch-reduce call that reads part of B (a convolution's
+    row or edge column whose window is cut at the padding): the cells of K runs
+    ``runs[0]..runs[1]-1`` (each ``run_k`` rows of B) at run offsets ``ks[0]..ks[1]-1``,
+    each cell's K offset made its A offset from the call's A base: the run's entry of
+    ``offsets`` (the kernel's positions table) plus its offset past ``ks[0]``. (A
+    convolution's runs are whole K groups on the VPMADDUBSW path: no cell is shifted.)"""
+    lanes = packed.tile_n // nr
+    entry = residual_entry(lanes)
+    cells = packed.res_entries[: packed.cells * entry.itemsize].view(entry)
+    counts = packed.res_head[:, 1:].reshape(-1)
+    vector = np.repeat(np.arange(counts.size), counts)  # tile * nr + v of each cell
+    run, k_in = np.divmod(cells["koff"], run_k)
+    keep = (run >= runs[0]) & (run < runs[1]) & (k_in >= ks[0]) & (k_in < ks[1])
+    part = cells[keep]  # a copy, in the same (tile, vector, k) order
+    part["koff"] = offsets[run[keep]] + k_in[keep] - ks[0]
+    head = np.zeros_like(packed.res_head)
+    head[:, 1:] = np.bincount(vector[keep], minlength=counts.size).reshape(-1, nr)
+    head[1:, 0] = np.cumsum(head[:, 1:].sum(axis=1))[:-1] * entry.itemsize
+    data = aligned_zeros(max(part.nbytes, entry.itemsize))
+    data[: part.nbytes] = part.view(np.uint8)
+    return head, data

@@ -3,11 +3,12 @@
 Under ``exact`` on a level without VNNI, weights whose unsafe pairs (one sign, magnitudes
 summing to 129 or more) are few are split (``primitives.gemm_pack.split_weights``): each
 such pair's second weight is cut so the pair is safe, and the cut goes to a residual
-cell (k pair x vector of a tile) that the kernel adds after its K loop with VPMADDWD on
-s16. Trained weights are like this (a few large values); full-range random ones widen.
+cell (K group of 4 x vector of a tile) that the kernel adds after its K loop as one
+more VPMADDUBSW step (at most one weight per byte pair: it cannot saturate). Trained weights are like this (a few large values); full-range random ones widen.
 
 * The split: the safe part has no unsafe pair, safe part plus the residual table is the
-  weights, every unsafe pair is in a cell (property-based, extreme values included).
+  weights, every unsafe pair is in a cell, no cell reads past an A row or can saturate
+  (property-based, extreme values included).
 * The kernel: bit-exact against the integer product on every executable path, with
   sources that saturate VPMADDUBSW on the unsplit weights (the faithful model differs
   there, so the cells are what makes the result right), over tails of M, N and K, s8
@@ -52,27 +53,37 @@ def test_split_parts_sum_to_the_weights(k, n, tile, data):
     assert np.array_equal(whole, b)
     assert not rest[k // 2:].any()  # an odd K's last pair has no second weight to cut
 
-    head, data_bytes = residual_tables(unsafe, rest, lanes, nr)
+    head, data_bytes = residual_tables(unsafe, rest, k, lanes, nr)
     entries = data_bytes[: int(head[:, 1:].sum()) * residual_entry(lanes).itemsize].view(residual_entry(lanes))
     tiles = -(-n // (lanes * nr))
     assert head.shape == (tiles, 1 + nr)
-    rebuilt = np.zeros((unsafe.shape[0], tiles * nr * lanes), np.int32)
+    # Each cell's bytes, put back at the K of the A byte they multiply: the rest of every
+    # cut pair, once, at its second weight, and nothing else.
+    rebuilt = np.zeros((k, tiles * nr * lanes), np.int32)
     at = 0
     for t in range(tiles):
         assert head[t, 0] == at * entries.itemsize  # a tile's cells follow the tile before
         for v in range(nr):
             for e in entries[at: at + head[t, 1 + v]]:
-                assert e["koff"] % 2 == 0 and not e["r"][0::2].any()
+                koff, r = int(e["koff"]), e["r"].astype(np.int32)  # (lanes, 4)
+                assert koff >= 0 and (koff + 4 <= k or (k < 4 and koff == 0))  # never past the row (K >= 4)
+                for pair in (r[:, 0:2], r[:, 2:4]):  # a VPMADDUBSW pair: one weight, <= 128
+                    assert not (pair[:, 0].astype(bool) & pair[:, 1].astype(bool)).any()
+                    assert (np.abs(pair).sum(axis=1) <= 128).all()
                 cols = slice((t * nr + v) * lanes, (t * nr + v + 1) * lanes)
-                assert not rebuilt[e["koff"] // 2, cols].any()  # one cell per pair and vector
-                rebuilt[e["koff"] // 2, cols] = e["r"][1::2]
+                for j in range(4):
+                    if r[:, j].any():
+                        assert not rebuilt[koff + j, cols].any()  # one cell per group and vector
+                        rebuilt[koff + j, cols] = r[:, j]
             at += head[t, 1 + v]
     assert at == len(entries)
-    assert np.array_equal(rebuilt[:, :n], rest)
-    padded = np.zeros_like(rebuilt, bool)
-    padded[:, :n] = unsafe
-    cell_of = padded.reshape(len(rebuilt), -1, lanes).any(axis=2)
-    assert cell_of.sum() == len(entries)  # a cell for each vector holding an unsafe pair, no more
+    want = np.zeros_like(rebuilt)
+    want[1::2, :n] = rest[: k // 2]
+    assert np.array_equal(rebuilt, want)
+    groups = np.zeros((-(-k // 4), tiles * nr * lanes), bool)
+    for j in range(unsafe.shape[0]):  # pair j is in group j // 2
+        groups[j // 2, :n] |= unsafe[j]
+    assert groups.reshape(len(groups), -1, lanes).any(axis=2).sum() == len(entries)  # a cell per such group
 
 
 def _sources(rng, a_type, M, K, saturate):
@@ -113,17 +124,17 @@ def test_split_gemm_is_exact(isa, a_type, M, N, K, threads):
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512_core"])
 def test_split_up_to_the_share_then_widen(isa):
-    """32 k pairs x the vectors of N columns; the unsafe pairs in cells of their own."""
+    """32 K groups x the vectors of N columns; the unsafe pairs in cells of their own."""
     from jit.dot import fast_path
 
     lanes = fast_path(isa).lanes
-    K, N = 64, 2 * lanes
-    cells = 2 * (K // 2)
+    K, N = 128, 2 * lanes
+    cells = 2 * (K // 4)
     allowed = int(SPLIT_MAX_SHARE * cells)
     for unsafe, kind in ((0, "maddubsw"), (1, "maddubsw"), (allowed, "maddubsw"), (allowed + 1, "widen")):
         b = np.zeros((K, N), np.int8)
-        for c in range(unsafe):  # pair c % 32 of vector c // 32
-            b[2 * (c % 32): 2 * (c % 32) + 2, (c // 32) * lanes] = 100
+        for c in range(unsafe):  # group c % 32 of vector c // 32
+            b[4 * (c % 32): 4 * (c % 32) + 2, (c // 32) * lanes] = 100
         choice = decide(isa, "exact", b, split=True)
         assert choice.path.kind == kind, choice.reason
         assert choice.residual == (kind == "maddubsw")
@@ -165,8 +176,8 @@ def test_split_matmul_and_inner_product_with_packed_weights(isa):
 @pytest.mark.parametrize("isa", ["avx2", "avx512_core"])
 @pytest.mark.parametrize("s8_src", [False, True])
 def test_cell_code_disassembles(isa, s8_src):
-    """The cells' loop on any CPU: per row a word of A broadcast, (s8: offset to u8),
-    widened by VPSHUFB, multiplied by the cell's s16 pairs and added, in each block."""
+    """The cells' loop on any CPU: per row a dword of A broadcast, (s8: offset to u8),
+    multiplied by the cell's bytes (VPMADDUBSW, VPMADDWD by ones) and added, in each block."""
     import iced_x86
 
     from jit.disasm import decode
@@ -179,9 +190,60 @@ def test_cell_code_disassembles(isa, s8_src):
     names = [ins.mnemonic for ins in decode(kernel_of(spec).code())]
     M = iced_x86.Mnemonic
     rows = spec.mr + 13 % spec.mr  # the full block and the tail block
-    assert names.count(M.VPBROADCASTW) == spec.nr * rows
-    assert names.count(M.VPMADDWD) >= spec.nr * rows  # (the K loop's VPMADDWD by ones too)
-    i = names.index(M.VPBROADCASTW)
-    want = [M.VPBROADCASTW] + ([M.VPXORD if isa.startswith("avx512") else M.VPXOR] if s8_src else []) \
-        + [M.VPSHUFB, M.VPMADDWD, M.VPADDD]
-    assert names[i: i + len(want)] == want
+    # (the K loop's VPMADDUBSW reads B from registers; a cell's reads its bytes from memory)
+    cell_steps = [ins for ins in decode(kernel_of(spec).code())
+                  if ins.mnemonic == M.VPMADDUBSW and ins.op2_kind == iced_x86.OpKind.MEMORY]
+    assert len(cell_steps) == spec.nr * rows
+    step = [M.VPBROADCASTD] + ([M.VPXORD if isa.startswith("avx512") else M.VPXOR] if s8_src else []) \
+        + [M.VPMADDUBSW, M.VPMADDWD, M.VPADDD]
+    at = [i for i in range(len(names)) if names[i: i + len(step)] == step]
+    assert len(at) >= spec.nr * rows  # (the K loop's steps too, where unrolled with this order)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("shape", [
+    # (IC, OC, H, W, K, stride, pad, groups, dilation, src)
+    (64, 64, 14, 14, 3, 1, 1, 1, 0, "u8"),  # edges read in place, windows cut at the padding
+    (32, 48, 11, 7, 3, 2, 1, 1, 0, "s8"),
+    (16, 40, 10, 10, 5, 1, 2, 1, 0, "u8"),
+    (24, 32, 12, 12, 3, 1, 1, 2, 0, "u8"),  # groups: a residual table per group
+    (32, 32, 12, 12, 3, 1, 1, 1, 1, "s8"),  # dilated: a run per position
+    (256, 64, 8, 8, 1, 1, 0, 1, 0, "u8"),  # 1x1: one GEMM over every pixel
+    (3, 64, 30, 30, 7, 2, 3, 1, 0, "u8"),  # the stem: 3 channels padded to 4
+])
+def test_split_convolution_is_exact(isa, shape):
+    """A convolution's calls read parts of B (rows at the top and bottom skip window rows,
+    edge columns window columns): each call adds the cells of the part it reads, at the
+    A offsets of its layout."""
+    from primitives.attr import Attr
+    from primitives.conv import ConvolutionDesc
+    from primitives.conv_ref import conv_sum
+    from primitives.memory import Memory, desc
+    from primitives.reorder import reorder_desc
+
+    IC, OC, H, W, k, stride, pad, G, dil, src_dt = shape
+    rng = np.random.default_rng(list(shape[:-1]))
+    wshape = ((G, OC // G, IC // G) if G > 1 else (OC, IC)) + (k, k)
+    w = np.ascontiguousarray(sparse_weights(rng, int(np.prod(wshape)) // OC, OC, 0.002).T).reshape(wshape)
+    w[..., 0:2, 0, 0] = 127  # an unsafe pair (channels 0 and 1 of a position) in every column
+    x = np.full((2, IC, H, W), 255 if src_dt == "u8" else 127, np.uint8 if src_dt == "u8" else np.int8)
+    want = conv_sum(x, w, (stride, stride), (pad, pad), (pad, pad), (dil, dil))
+    OH, OW = want.shape[2:]
+    for threads in (1, 2):
+        pd = ConvolutionDesc(desc(x.shape, src_dt, "nhwc"), desc(wshape, "s8", "any"),
+                             desc((2, OC, OH, OW), "s32", "nhwc"), strides=(stride, stride), padding_l=(pad, pad),
+                             padding_r=(pad, pad), dilation=(dil, dil), attr=Attr(policy="exact"), isa=isa,
+                             threads=threads)
+        wmem = Memory(pd.weights_desc())
+        reorder_desc(desc(wshape, "s8", "abcde"[:len(wshape)]), pd.weights_desc()).create().execute(
+            {"src": w, "dst": wmem})
+        dst = np.zeros((2, OH, OW, OC), np.int32)
+        prim = pd.create()
+        prim.execute({"src": np.ascontiguousarray(np.moveaxis(x, 1, -1)), "weights": wmem, "dst": dst})
+        np.testing.assert_array_equal(np.moveaxis(dst, -1, 1), want)
+        if not isa.endswith("vnni"):
+            assert all("_cells_" in name for name in prim.impl_info()["kernels_run"])
+            assert all(packed.cells for packed, _ in wmem.payload)
+    if not isa.endswith("vnni"):  # the unsplit weights saturate on these sources: the cells matter
+        assert not np.array_equal(conv_sum(x, w, (stride, stride), (pad, pad), (pad, pad), (dil, dil),
+                                           faithful=True), want)
