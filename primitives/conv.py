@@ -69,6 +69,7 @@ from primitives import conv_blocking as blocking
 from primitives.conv_blocking import b_tile_bytes, column_chunks, conv_tile, edges_pay, flat_tile_rows, strips_pay
 from primitives.conv_geometry import Geometry
 from primitives.conv_weights import ConvWeightsLayout
+from primitives.gemm_pack import residual_part
 from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
 from primitives.memory import MemoryDesc, dt_range, packed_desc
 from runtime import isa as isa_mod
@@ -219,9 +220,13 @@ class ConvolutionDesc(PrimitiveDesc):
                         and self._skip_padding else None)
         # The edge columns too, where their windows can be cut at the side padding
         # (Geometry.edge_windows): no strips to fill, and no products of the padding;
-        # where that pays for every kernel the weights may pick.
+        # where that pays for every kernel the weights may pick, or, under exact without
+        # VNNI, for the VPMADDUBSW one: trained weights take it (split into residual
+        # cells), and full-range ones widen at a cost of their own (res5 3x3 on a Zen 3:
+        # the widening kernel 7% slower with edges, the VPMADDUBSW one 7% faster).
         self._edges = g.edge_windows() if self._strips else None
-        if self._edges and not all(edges_pay(c.path, g, self._edges, self._row_splits(), c.nr) for c in choices):
+        deciding = choices[:1] if choices[0].residual else choices
+        if self._edges and not all(edges_pay(c.path, g, self._edges, self._row_splits(), c.nr) for c in deciding):
             self._edges = None
         if self._strips and not self._edges and not strips_pay(self.fast.path, g, self._strips, self._row_splits()):
             self._strips = None
@@ -329,7 +334,7 @@ class ConvolutionDesc(PrimitiveDesc):
             mr, rows = conv_tile(choice.path, g, choice.nr)[0], (g.out[2],)
         ks = (g.runs[1],) + tuple((hi - lo) * g.k_per_position for _, lo, hi in self._edges or ())
         kspec = choose_tile(choice.path, self.src_s8, output or self.output, choice.nr, mr, positions=True,
-                            outer=True, rows=rows, ks=ks, ns=(g.ocg,))
+                            outer=True, rows=rows, ks=ks, ns=(g.ocg,), residual=choice.residual)
         if b_tile_bytes(choice.path, g, choice.nr) > 2 * blocking.L1_BUDGET:
             # Each row block reads the tile's B from L2 again, and Intel's L1 prefetchers
             # fall behind that stream: prefetch it ahead of the K loop. (Emerald Rapids,
@@ -595,6 +600,8 @@ class _Convolution(GemmKernels, Primitive):
         per_thread = [[] for _ in range(threads)]
         copied = [set() for _ in range(threads)]  # id() of the copies each thread has run
         all_items, keep = [], [layouts]
+        cell_parts: dict = {}  # residual tables per (packed, layout, runs, kw), for split weights
+        keep.append(cell_parts)
         for grp, (packed, choice) in enumerate(packs):
             n_chunks = column_chunks(packed, len(items), threads)  # sweeps of a thread's items
             if by_columns:  # thread t: its tiles, every item
@@ -639,6 +646,11 @@ class _Convolution(GemmKernels, Primitive):
                             if (lo, hi, kw0, kw1) in pd._partial:  # the compensation of the part it reads
                                 i = pd._partial.index((lo, hi, kw0, kw1))
                                 s.col_comp = pointer_to(cols[4 + i].view(np.int32)[grp]) + 4 * c0
+                            if kernel.meta["kspec"].residual:  # the residual cells of the part it reads
+                                head, cells = self._cells(cell_parts, packed, choice, layouts[layout][5], layout,
+                                                          (lo, hi), (kw0, kw1))
+                                s.res_head = pointer_to(head) + (c0 // packed.tile_n) * head.strides[0]
+                                s.res_entries = pointer_to(cells)
                             s.m = m
                             per_thread[t].append((kernel.function, s))
                             all_items.append((s, base, a_off + first * a_outer + grp * g.icgp,
@@ -649,6 +661,17 @@ class _Convolution(GemmKernels, Primitive):
             self._plans.clear()
         self._plans[key] = plan
         return plan
+
+    def _cells(self, parts: dict, packed, choice, offsets: np.ndarray, layout: int, runs: tuple, kws: tuple):
+        """The residual cells of split weights (``gemm_pack.residual_part``) that a call
+        reading K runs ``runs`` and window columns ``kws`` of each adds, their A offsets
+        in ``offsets``' layout; made once per plan."""
+        key = (id(packed), layout, runs, kws)
+        if key not in parts:
+            g, kp = self.pd.geometry, self.pd.geometry.k_per_position
+            parts[key] = residual_part(packed, choice.nr, g.b_rows // g.runs[0], offsets, runs,
+                                       (kws[0] * kp, kws[1] * kp))
+        return parts[key]
 
     def _offsets(self, Hp: int, width: int, pixel: int) -> np.ndarray:
         """Each K run's offset from its window's first byte, in a source of rows ``width``

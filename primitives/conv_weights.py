@@ -14,7 +14,7 @@ import numpy as np
 from primitives.conv_blocking import conv_tile
 from primitives.conv_geometry import Geometry
 from primitives.gemm import Choice, candidates, decide, fast_path
-from primitives.gemm_pack import pack_b, saturation_proof
+from primitives.gemm_pack import pack_b, saturation_proof, unsafe_pairs
 from primitives.memory import Memory
 
 
@@ -62,10 +62,12 @@ class ConvWeightsLayout:
         widening kernel narrower than the fast path's broke them)."""
         return conv_tile(fast_path(self.isa), self.geometry)[1]
 
-    def decide(self, policy: str, b_kn: np.ndarray | None = None, proof: tuple[int, int] | None = None) -> Choice:
-        """GEMM's path decision, with the tile width this convolution's rows want."""
-        choice = decide(self.isa, policy, b_kn, self.geometry.ocg, proof)
-        return replace(choice, nr=self.tile_vectors())
+    def decide(self, policy: str, b_kn: np.ndarray | None = None, proof: tuple[int, int] | None = None,
+               unsafe: np.ndarray | None = None) -> Choice:
+        """GEMM's path decision, with the tile width this convolution's rows want (and
+        residual cells, as a matmul's, where exact weights have few unsafe pairs)."""
+        return decide(self.isa, policy, b_kn, self.geometry.ocg, proof, split=True, unsafe=unsafe,
+                      nr=self.tile_vectors())
 
     def candidates(self) -> list[Choice]:
         """Every decision the weights can lead to under this layout's policy
@@ -73,7 +75,7 @@ class ConvWeightsLayout:
         convolution's tile width; the first is the one without weights."""
         policy = "faithful" if self.policy == "halve_weights" else self.policy
         nr = self.tile_vectors()
-        return [replace(c, nr=nr) for c in candidates(self.isa, policy, self.geometry.ocg)]
+        return [replace(c, nr=nr) for c in candidates(self.isa, policy, self.geometry.ocg, split=True)]
 
     def pack_all(self, logical: np.ndarray) -> list:
         out = []
@@ -86,9 +88,10 @@ class ConvWeightsLayout:
                 policy = "faithful"
             else:
                 policy = "exact" if self.policy == "halve_weights" else self.policy
-            proof = saturation_proof(b)  # once, for the decision and the pack
-            choice = self.decide(policy, b, proof)
-            packed = pack_b(b, choice.path, choice.nr, proof)
+            unsafe = unsafe_pairs(b)  # once, for the decision and the pack
+            proof = saturation_proof(b, unsafe)
+            choice = self.decide(policy, b, proof, unsafe)
+            packed = pack_b(b, choice.path, choice.nr, proof, unsafe, residual=choice.residual)
             # Column sums per window column of each run, for rows and edge columns that
             # read part of the window (the kw of a run: its first KW * k_per_position rows)
             g = self.geometry

@@ -26,14 +26,15 @@ def test_conv_kernel_listing(isa):
 @pytest.mark.parametrize("isa", ["avx2", "avx512_core", "avx512_core_vnni"])
 def test_conv_exact_lists_every_kernel_the_weights_can_take(isa):
     """Under exact without VNNI the weights, when packed, pick VPMADDUBSW (every pair
-    proven safe) or the widening kernel: both are made at creation and both are listed;
-    with VNNI there is one."""
+    proven safe, or the unsafe ones split into residual cells: the ``cells`` kernel) or
+    the widening kernel: both are made at creation and both are listed; with VNNI there
+    is one."""
     out = io.StringIO()
     assert run(["conv", "--ic", "16", "--oc", "32", "--hw", "9", "--window", "3", "--pad", "1", "--fused",
                 "--isa", isa], out) == 0
     names = [line.split()[1] for line in out.getvalue().splitlines() if line.startswith("; brgemm_")]
     kinds = sorted(name.split("_")[-2] for name in names)
-    assert kinds == (["vnni"] if isa.endswith("vnni") else ["maddubsw", "widen"]), names
+    assert kinds == (["vnni"] if isa.endswith("vnni") else ["cells", "widen"]), names
 
 
 def test_depthwise_layer_listing():

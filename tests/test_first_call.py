@@ -107,8 +107,8 @@ def test_first_execution_parses_no_c_type():
 @pytest.mark.parametrize("policy", ["exact", "faithful"])
 def test_impl_info_names_every_kernel_made(isa, policy):
     """impl_info()["kernels"] names what creation made: under exact on a path without VNNI
-    the VPMADDUBSW (for a matmul, with residual cells) and the widening kernel (the packed
-    weights pick one), else one."""
+    the VPMADDUBSW (with residual cells) and the widening kernel (the packed weights pick
+    one), else one."""
     from primitives.attr import Attr
     from primitives.conv import ConvolutionDesc
     from primitives.matmul import MatmulDesc
@@ -120,8 +120,8 @@ def test_impl_info_names_every_kernel_made(isa, policy):
     matmul = MatmulDesc(desc((8, 64), "u8", "ab"), desc((64, 32), "s8", "any"), desc((8, 32), "s32", "ab"),
                         attr=Attr(policy=policy), isa=isa)
     both = policy == "exact" and not isa.endswith("vnni")
-    # (a matmul's VPMADDUBSW kernel also adds the residual cells of split weights)
-    for pd, fast in ((conv, "maddubsw"), (matmul, "cells")):
+    # (the VPMADDUBSW kernel also adds the residual cells of split weights)
+    for pd in (conv, matmul):
         kinds = [name.split("_")[-2] for name in pd.impl_info()["kernels"]]
-        assert kinds == ([fast, "widen"] if both else [pd.fast.path.kind]), kinds
+        assert kinds == (["cells", "widen"] if both else [pd.fast.path.kind]), kinds
         assert pd.impl_info()["kernel"] == pd.impl_info()["kernels"][0]
