@@ -276,3 +276,15 @@ def test_peak_op_counting():
     assert ops_per_step(fast_path("avx2_vnni")) == 64
     assert ops_per_step(fast_path("avx2")) == 64
     assert ops_per_step(widening_path("avx2")) == 32
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512_core"])
+def test_dump_asm_gemm_trained_weights_show_the_cells_kernel(capsys, isa):
+    """``--weights trained``: exact keeps VPMADDUBSW and adds residual cells, whose steps
+    (a VPMADDUBSW reading the cell's bytes from memory) the listing shows; generated and
+    disassembled where the CPU lacks the path."""
+    status, out, err = _dump(capsys, "gemm", "--m", "13", "--n", "40", "--k", "256", "--isa", isa,
+                             "--weights", "trained")
+    assert status == 0, err
+    assert f"gemm_u8s8s32_{isa}_maddubsw_cells_" in out and "residual cells" in out
+    assert any("vpmaddubsw" in line and ",[rbx+8]" in line for line in out.splitlines())

@@ -4,7 +4,7 @@
     int8jit-bench ip --quick              # a smaller set, shorter timings
     int8jit-bench conv --batch 1 --threads 1
     int8jit-bench conv --policy exact,faithful  # int8jit's rows under each overflow policy
-    int8jit-bench ip --weights trained    # Laplacian weights per channel: exact splits them
+    int8jit-bench ip --weights trained    # Laplacian weights per channel (matmul, ip, conv): exact splits them
     int8jit-bench pool --csv pool.csv --markdown pool.md
     python -m tools.bench_primitives matmul ...   # the same, without the int8jit-bench script
 
@@ -29,8 +29,8 @@ What runs (the issues' "Performance" lists):
 operands, the policy in the row's label. The weights are full range, so on ``avx2`` and
 ``avx512_core`` ``exact`` takes the widening path, while ``faithful`` computes what
 oneDNN computes there (VPMADDUBSW saturation included: its check reads ``=``).
-``--weights trained`` (matmul, ip) gives both sides Laplacian weights quantized per output
-channel to +-127 instead: with their few large values ``exact`` there splits the weights
+``--weights trained`` (matmul, ip, conv) gives both sides Laplacian weights quantized per
+output channel to +-127 instead: with their few large values ``exact`` there splits the weights
 into VPMADDUBSW pairs and residual cells (``primitives.gemm_pack``) rather than widening.
 
 How it measures. The machine is shared and its clock moves, so the two sides run
@@ -209,6 +209,15 @@ def _rng(case, what):
     return np.random.default_rng(key)
 
 
+def trained_weights(rng, shape: tuple, axis: int) -> np.ndarray:
+    """Laplacian values quantized per output channel (``axis``) to +-127, as trained
+    weights are: most small, a few large (on avx2/avx512_core exact splits them into
+    residual cells, see ``--weights``)."""
+    w = rng.laplace(size=shape)
+    others = tuple(i for i in range(len(shape)) if i != axis)
+    return np.round(w * (127 / np.abs(w).max(axis=others, keepdims=True))).astype(np.int8)
+
+
 def gemm_operands(case):
     """u8 A (M, K), s8 W (K, N), bias, per-column weight scales, dst scale (src scale 1)."""
     M, N, K = case["M"], case["N"], case["K"]
@@ -217,10 +226,7 @@ def gemm_operands(case):
     W = rng.integers(-128, 128, (K, N), dtype=np.int16).astype(np.int8)
     w_std = 74.0
     if case.get("weights") == "trained":
-        # Laplacian values quantized per output channel to +-127, as trained weights are:
-        # most small, a few large (on avx2/avx512_core exact splits them, see --weights).
-        w = rng.laplace(size=(K, N))
-        W = np.round(w * (127 / np.abs(w).max(axis=0))).astype(np.int8)
+        W = trained_weights(rng, (K, N), axis=1)
         w_std = float(W.std())
     # One standard deviation of the product maps to ~1; dst = relu(x) * 60: half the
     # outputs 0, a few saturated, most in between.
@@ -236,8 +242,12 @@ def conv_operands(case):
     x = rng.integers(0, 256, (n, case["IH"], case["IW"], case["IC"]), dtype=np.uint8)
     icg = case["IC"] // g
     w = rng.integers(-128, 128, (case["OC"], icg, case["KH"], case["KW"]), dtype=np.int16).astype(np.int8)
+    w_std = 74.0
+    if case.get("weights") == "trained":
+        w = trained_weights(rng, w.shape, axis=0)
+        w_std = float(w.std())
     k = icg * case["KH"] * case["KW"]
-    wscale = (rng.uniform(0.5, 1.5, case["OC"]) / (np.sqrt(k) * 74.0 * 74.0)).astype(np.float32)
+    wscale = (rng.uniform(0.5, 1.5, case["OC"]) / (np.sqrt(k) * 74.0 * w_std)).astype(np.float32)
     bias = rng.normal(0.0, 0.5, case["OC"]).astype(np.float32)
     return x, w, bias, wscale, np.float32([1.0 / 60.0])
 
@@ -1018,7 +1028,7 @@ def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
     if bench == "conv" and not args.layers:
         by = {c["label"]: c for c in CONV_LAYERS}
         return [(named(f"ResNet-50 convolutions, batch {n}", p),
-                 [with_policy(dict(by[label], prim="conv", N=n), p) for label in RESNET50_SEQUENCE])
+                 [with_policy(dict(by[label], prim="conv", N=n), p, weights) for label in RESNET50_SEQUENCE])
                 for p in policies(bench, args) for n in sorted({c["N"] for c in problems})]
     if bench != "conv" and not args.shapes:
         by = {c["label"]: c for c in GEMM_SHAPES}
@@ -1082,7 +1092,8 @@ def problems_for(bench, args) -> list[dict]:
         items = _select(CONV_LAYERS, args.layers, "layer") if args.layers else \
             [c for c in CONV_LAYERS if not args.quick or c["label"] in CONV_QUICK]
         batches = [int(b) for b in args.batch.split(",")] if args.batch else ([1] if args.quick else [1, 8])
-        return [with_policy(dict(c, prim="conv", N=n), p)
+        weights = getattr(args, "weights", "uniform")
+        return [with_policy(dict(c, prim="conv", N=n), p, weights)
                 for p in policies(bench, args) for n in batches for c in items]
     items = _select(POOL_CASES, args.layers, "case") if args.layers else \
         [c for c in POOL_CASES if not args.quick or c["label"] in POOL_QUICK]
@@ -1224,15 +1235,15 @@ def run(bench: str, argv=None) -> int:
     if bench in ("matmul", "ip"):
         ap.add_argument("--shapes", help="comma-separated MxNxK (default: the issue's list)")
         ap.add_argument("--no-creation", action="store_true", help="skip the creation-time table")
-        ap.add_argument("--weights", choices=("uniform", "trained"), default="uniform",
-                        help="the weights both sides get: uniform over the s8 range (default), or trained-like "
-                             "(Laplacian, quantized per output channel to +-127: a few large values, which exact "
-                             "splits into residual cells on avx2 and avx512_core instead of widening)")
     else:
         ap.add_argument("--layers", help="comma-separated problem names (default: the whole list)")
     if bench == "conv":
         ap.add_argument("--batch", help="comma-separated batch sizes (default 1,8; --quick: 1)")
     if bench in ("conv", "matmul", "ip"):
+        ap.add_argument("--weights", choices=("uniform", "trained"), default="uniform",
+                        help="the weights both sides get: uniform over the s8 range (default), or trained-like "
+                             "(Laplacian, quantized per output channel to +-127: a few large values, which exact "
+                             "splits into residual cells on avx2 and avx512_core instead of widening)")
         ap.add_argument("--policy", help="comma-separated overflow policies of int8jit's rows (exact, faithful"
                                          + (", halve_weights" if bench == "conv" else "") + "; default exact). On "
                                          "avx2 and avx512_core oneDNN saturates: faithful computes what it "

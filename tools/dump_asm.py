@@ -10,8 +10,9 @@ Kernels (``--list``)::
     demo   the demo's 4-element dot product   [--kind vnni|maddubsw|widen] [--a-type u8|s8]
     peak   the register-only peak loop        [--kind vnni|maddubsw|widen]
     gemm   the GEMM microkernel(s) for a shape --m M --n N --k K [--policy exact|faithful]
-           [--a-type u8|s8] (random B with seed 0: on non-VNNI ISAs the exact policy
-           then usually picks the widening path, since random weights can saturate)
+           [--a-type u8|s8] [--weights uniform|trained] (B with seed 0, uniform over
+           s8: on non-VNNI ISAs the exact policy then picks the widening path, since
+           such weights saturate; trained: Laplacian per column, split into cells)
     conv   the kernel a convolution layer gets: --ic IC --oc OC --hw H [--window K]
            [--stride S] [--pad P] [--groups G] [--batch N] [--dst u8|s8|s32|f32] [--fused]
            (--fused: per-channel scales, bias and relu, as in an int8 ResNet)
@@ -74,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=None, help="gemm: reduction length")
     p.add_argument("--policy", default="exact", choices=("exact", "faithful", "halve_weights"),
                    help="gemm/conv: overflow policy (halve_weights: conv only)")
+    p.add_argument("--weights", default="uniform", choices=("uniform", "trained"),
+                   help="gemm: B uniform over s8, or trained-like (as int8jit-bench --weights)")
     for name, default, what in (("ic", None, "input channels"), ("oc", None, "output channels"),
                                 ("hw", None, "input height = width"), ("window", 1, "window height = width"),
                                 ("stride", 1, "stride"), ("pad", 0, "padding on every side"),
@@ -133,7 +136,12 @@ def _gemm(args, isa: str):
             raise UsageError(f"--{name}: expected a positive integer, got {value}")
     M, N, K = args.m, args.n, args.k
     rng = np.random.default_rng(0)
-    b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
+    if args.weights == "trained":
+        from tools.bench_primitives import trained_weights
+
+        b = trained_weights(rng, (K, N), axis=1)
+    else:
+        b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
     if cpu_supports(isa):
         from primitives.gemm import Gemm
 
@@ -162,7 +170,7 @@ def _gemm_generated(args, isa: str, b):
     from runtime.isa import REQUIRES
 
     lacks = [f.upper() for f in REQUIRES[isa] if not cpu_info().has(f)]
-    choice = decide(isa, args.policy, b)
+    choice = decide(isa, args.policy, b, split=True)
     path, reason = choice.path, choice.reason
     kernel = gemm_kernel(choice, args.a_type == "s8", OutputSpec())
     kspec = kernel.meta["kspec"]
