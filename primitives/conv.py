@@ -600,6 +600,7 @@ class _Convolution(GemmKernels, Primitive):
         per_thread = [[] for _ in range(threads)]
         copied = [set() for _ in range(threads)]  # id() of the copies each thread has run
         all_items, keep = [], [layouts]
+        partial_index = {part: i for i, part in enumerate(pd._partial)}
         cell_parts: dict = {}  # residual tables per (packed, layout, runs, kw), for split weights
         keep.append(cell_parts)
         for grp, (packed, choice) in enumerate(packs):
@@ -643,8 +644,8 @@ class _Convolution(GemmKernels, Primitive):
                             if lo or kw0:  # B of the skipped runs, and of the run's first kw
                                 s.b = ffi.cast("char *", s.b) + lo * run_bytes + kw0 * kw_bytes
                             s.b_pos_skip = (g.run_kw - (kw1 - kw0)) * kw_bytes  # and of its last kw
-                            if (lo, hi, kw0, kw1) in pd._partial:  # the compensation of the part it reads
-                                i = pd._partial.index((lo, hi, kw0, kw1))
+                            i = partial_index.get((lo, hi, kw0, kw1))
+                            if i is not None:  # the compensation of the part it reads
                                 s.col_comp = pointer_to(cols[4 + i].view(np.int32)[grp]) + 4 * c0
                             if kernel.meta["kspec"].residual:  # the residual cells of the part it reads
                                 head, cells = self._cells(cell_parts, packed, choice, layouts[layout][5], layout,
