@@ -332,9 +332,10 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
 
     def residual_cells(rows: int) -> None:
         # r9: the tile's head (cells' offset, count per vector), rbx: the cell, rbp: cells
-        # left for the vector. A cell is one more K group step of one vector: A's dword
-        # broadcast, times the cell's bytes (one weight per byte pair: no saturation).
-        entry = 8 + vb
+        # left for the vector. A cell is one more K group step of one vector: its weights
+        # (gemm_pack.residual_entry: a vector, then the A offset) times A's dword
+        # broadcast per row (one weight per byte pair: no saturation).
+        weights = breg[0]  # B's registers are free after the K loop
         MOV(r9, [args + off["res_cur"]])
         MOV(rbx, [r9])
         ADD(rbx, [args + off["res_entries"]])
@@ -344,15 +345,16 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             TEST(rbp, rbp)
             JZ(done)
             LABEL(cell)
-            MOV(rdx, [rbx])
+            vload(weights, [rbx])
+            MOV(rdx, [rbx + vb])
             ADD(rdx, rax)
             row_bases(rdx, r8, rows)
             for i in range(rows):
                 asm.VPBROADCASTD(areg, asm.dword[a_row(i)])
                 if xor80 is not None:
                     vxor(areg, areg, xor80)
-                emit_step(path, acc[i][v], areg, [rbx + 8], tmp, ones)
-            ADD(rbx, entry)
+                emit_step(path, acc[i][v], areg, weights, tmp, ones)
+            ADD(rbx, 2 * vb)
             DEC(rbp)
             asm.JNZ(cell)
             LABEL(done)

@@ -49,11 +49,13 @@ class PackedB:
 
 
 def residual_entry(lanes: int) -> np.dtype:
-    """One residual cell: where its dword of A starts (bytes into an A row) and, per lane
-    (column), the four s8 weights the kernel's VPMADDUBSW multiplies that dword by. Of
-    each pair of bytes at most one weight is not zero (a cut pair's second one, at most
-    128 in magnitude), so the s16 sums cannot saturate."""
-    return np.dtype([("koff", "<i8"), ("r", "i1", (lanes, 4))])
+    """One residual cell: per lane (column) the four s8 weights the kernel's VPMADDUBSW
+    multiplies a dword of A by, then where that dword starts (bytes into an A row),
+    padded to two vectors, so the weights load from one aligned vector. Of each pair of
+    bytes at most one weight is not zero (a cut pair's second one, at most 128 in
+    magnitude), so the s16 sums cannot saturate."""
+    return np.dtype({"names": ["r", "koff"], "formats": [("i1", (lanes, 4)), "<i8"],
+                     "offsets": [0, 4 * lanes], "itemsize": 8 * lanes})
 
 
 def unsafe_pairs(b_kn: np.ndarray) -> np.ndarray:

@@ -176,8 +176,9 @@ def test_split_matmul_and_inner_product_with_packed_weights(isa):
 @pytest.mark.parametrize("isa", ["avx2", "avx512_core"])
 @pytest.mark.parametrize("s8_src", [False, True])
 def test_cell_code_disassembles(isa, s8_src):
-    """The cells' loop on any CPU: per row a dword of A broadcast, (s8: offset to u8),
-    multiplied by the cell's bytes (VPMADDUBSW, VPMADDWD by ones) and added, in each block."""
+    """The cells' loop on any CPU: the cell's weights loaded once, then per row a dword of
+    A broadcast, (s8: offset to u8), multiplied by them (VPMADDUBSW, VPMADDWD by ones)
+    and added, in each block."""
     import iced_x86
 
     from jit.disasm import decode
@@ -187,17 +188,23 @@ def test_cell_code_disassembles(isa, s8_src):
     from primitives.gemm_driver import kernel_of
 
     spec = choose_tile(fast_path(isa), s8_src, OutputSpec(col_comp=True), 2, rows=(13,), residual=True)
-    names = [ins.mnemonic for ins in decode(kernel_of(spec).code())]
-    M = iced_x86.Mnemonic
-    rows = spec.mr + 13 % spec.mr  # the full block and the tail block
-    # (the K loop's VPMADDUBSW reads B from registers; a cell's reads its bytes from memory)
-    cell_steps = [ins for ins in decode(kernel_of(spec).code())
-                  if ins.mnemonic == M.VPMADDUBSW and ins.op2_kind == iced_x86.OpKind.MEMORY]
-    assert len(cell_steps) == spec.nr * rows
+    code = list(decode(kernel_of(spec).code()))
+    M, R = iced_x86.Mnemonic, iced_x86.Register
+    vb = spec.path.vector_bytes
+    # A cell starts by reading its A offset (the qword after its weights' vector)
+    starts = [i for i, ins in enumerate(code) if ins.mnemonic == M.MOV and ins.op1_kind == iced_x86.OpKind.MEMORY
+              and ins.memory_base == R.RBX and ins.memory_displacement == vb]
+    assert len(starts) == spec.nr * 2  # each vector, in the full block and the tail block of 13 % mr rows
     step = [M.VPBROADCASTD] + ([M.VPXORD if isa.startswith("avx512") else M.VPXOR] if s8_src else []) \
         + [M.VPMADDUBSW, M.VPMADDWD, M.VPADDD]
-    at = [i for i in range(len(names)) if names[i: i + len(step)] == step]
-    assert len(at) >= spec.nr * rows  # (the K loop's steps too, where unrolled with this order)
+    for n, start in enumerate(starts):
+        load = code[start - 1]  # the cell's weights, one vector load before
+        assert load.op1_kind == iced_x86.OpKind.MEMORY and load.memory_base == R.RBX and load.memory_displacement == 0
+        end = next(i for i in range(start, len(code)) if code[i].mnemonic == M.DEC)
+        names = [ins.mnemonic for ins in code[start:end]]
+        rows = spec.mr if n < spec.nr else 13 % spec.mr
+        at = [i for i in range(len(names)) if names[i: i + len(step)] == step]
+        assert len(at) == rows and names.count(M.VPMADDUBSW) == rows
 
 
 @pytest.mark.parametrize("isa", isa_params())
