@@ -23,7 +23,7 @@ import numpy as np
 from jit.dot import Path, fast_path, widening_path
 from jit.output import OutputSpec, SumOp
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
-from primitives.gemm_pack import PackedB, pack_b, saturation_proof, unsafe_cells, unsafe_pairs
+from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
 from primitives.reference import op
 from runtime import isa as isa_mod
 from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, run, tuned_spec
@@ -72,7 +72,7 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
 
     The fast path, except for policy ``exact`` on a non-VNNI level when some column pair
     of the weights can saturate VPMADDUBSW: then, with ``split`` and few such pairs, the
-    fast path on split weights with residual cells (``gemm_pack.split_weights``), else
+    fast path on split weights with residual cells (``gemm_pack.cut_pairs``), else
     the widening path. Without weights (``b_kn`` None, ``n`` columns): the fast path,
     the decision left to the packing (:func:`candidates` names every kernel it can take).
     ``proof`` and ``unsafe``: the weights' ``saturation_proof`` and ``unsafe_pairs``,
@@ -100,8 +100,7 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
         return Choice(fast, nr, f"exact: all {total} column pairs proven safe (opposite signs, or "
                                 "255*(|w0|+|w1|) <= 32767), fast VPMADDUBSW path", residual=split)
     if split:
-        cells = int(unsafe_cells(unsafe, fast.lanes, nr).sum())
-        share = cells / (-(-unsafe.shape[0] // 2) * -(-unsafe.shape[1] // fast.lanes))
+        cells, share = cell_share(unsafe, fast.lanes)
         if share <= SPLIT_MAX_SHARE:
             return Choice(fast, nr, f"exact: {safe} of {total} column pairs proven safe; the rest are split, "
                                     f"VPMADDUBSW path plus {cells} residual cells ({share:.1%} of the K group x "

@@ -64,8 +64,17 @@ def unsafe_pairs(b_kn: np.ndarray) -> np.ndarray:
     Pairs are k = 2j, 2j+1 as the kernels form them. With u8 sources up to 255 a pair of
     one sign reaches 255 * (|w0| + |w1|), over 32767 once |w0| + |w1| >= 129; a pair of
     opposite signs stays within 255 * 128 = 32640 in magnitude, whatever its values.
+    Weights given as rows of columns (an inner product's OC x K: ``b_kn`` a transposed
+    view) are read a column's pairs at a time, and the result is such a view too.
     """
     k = b_kn.shape[0]
+    if b_kn.T.flags.c_contiguous:  # [column][k]: a pair is one little-endian int16
+        cols = b_kn.T
+        if k % 2:
+            cols = np.concatenate([cols, np.zeros((cols.shape[0], 1), np.int8)], axis=1)
+        both = cols.view(np.int16)
+        w0, w1 = (both << 8) >> 8, both >> 8  # the low byte (k = 2j) and the high one, sign-extended
+        return (((w0 ^ w1) >= 0) & (np.abs(w0 + w1) > 128)).T
     w0 = b_kn[0::2].astype(np.int16)
     w1 = np.zeros_like(w0)
     w1[: k // 2] = b_kn[1::2]
@@ -78,38 +87,53 @@ def saturation_proof(b_kn: np.ndarray, unsafe: np.ndarray | None = None) -> tupl
     return int(unsafe.size - np.count_nonzero(unsafe)), int(unsafe.size)
 
 
-def unsafe_cells(unsafe: np.ndarray, lanes: int, nr: int) -> np.ndarray:
-    """Cells (tile, vector, K group of 4) holding an unsafe pair: (tiles, nr, groups) bool."""
+@dataclass(frozen=True)
+class Cuts:
+    """The unsafe pairs of a K x N s8 matrix and how they are split: pair ``p`` (k = 2p,
+    2p+1) of column ``n`` keeps w0 and takes ``kept`` as its second weight, so its
+    magnitudes sum to 128; ``rest`` (w1 minus that, at most 128 in magnitude) goes to a
+    residual cell."""
+
+    p: np.ndarray
+    n: np.ndarray
+    kept: np.ndarray  # int8
+    rest: np.ndarray  # int16
+
+
+def cut_pairs(b_kn: np.ndarray, unsafe: np.ndarray) -> Cuts:
+    """The split of ``b_kn``'s unsafe pairs (:func:`unsafe_pairs`): a sparse list, so that
+    weights with few of them cost little more to pack than weights with none."""
+    # (an unsafe pair has both weights: a last odd k's pair is safe; flatnonzero is ten
+    # times faster than a 2-D nonzero)
+    if unsafe.T.flags.c_contiguous:
+        n, p = np.divmod(np.flatnonzero(unsafe.T), unsafe.shape[0])
+    else:
+        p, n = np.divmod(np.flatnonzero(unsafe), unsafe.shape[1])
+    w0 = b_kn[2 * p, n].astype(np.int16)
+    w1 = b_kn[2 * p + 1, n].astype(np.int16)
+    kept = np.where(w1 < 0, np.abs(w0) - 128, 128 - np.abs(w0))
+    return Cuts(p, n, kept.astype(np.int8), (w1 - kept).astype(np.int16))
+
+
+def cell_share(unsafe: np.ndarray, lanes: int) -> tuple[int, float]:
+    """(residual cells, their share of all (K group, vector of ``lanes`` columns) cells)
+    that splitting the weights of ``unsafe`` (:func:`unsafe_pairs`) would make."""
     pairs, n = unsafe.shape
-    tile_n = nr * lanes
-    tiles = -(-n // tile_n)
-    padded = np.zeros((-(-pairs // 2) * 2, tiles * tile_n), bool)
-    padded[:pairs, :n] = unsafe
-    return padded.reshape(-1, 2, tiles, nr, lanes).any(axis=(1, 4)).transpose(1, 2, 0)
+    vectors, groups = -(-n // lanes), -(-pairs // 2)
+    if unsafe.T.flags.c_contiguous:  # [column][pair]: OR the pairs of a group, then the lanes of a vector
+        cols = np.zeros((vectors * lanes, 2 * groups), bool)
+        cols[:n, :pairs] = unsafe.T
+        group = cols.view(np.uint16).reshape(vectors, lanes, groups) != 0
+        cells = int(np.count_nonzero(group.any(axis=1)))
+    else:  # [pair][column]: OR the pairs of a group, then a vector's lanes as whole 8-byte words
+        group = np.zeros((groups, vectors * lanes), bool)
+        group[:, :n] = unsafe[0::2]
+        group[: pairs // 2, :n] |= unsafe[1::2]
+        cells = int(np.count_nonzero(group.view(np.uint64).reshape(groups, vectors, lanes // 8).any(axis=2)))
+    return cells, cells / (groups * vectors)
 
 
-def split_weights(b_kn: np.ndarray, unsafe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(weights whose every pair is safe, the s16 rest of each pair's second weight).
-
-    An unsafe pair keeps w0 and takes sign * (128 - |w0|) as its second weight, so its
-    magnitudes sum to 128; the rest, w1 minus that, is at most 127 in magnitude.
-    """
-    k = b_kn.shape[0]
-    safe = np.array(b_kn, np.int8)  # a copy, in K x N order
-    rest = np.zeros(unsafe.shape, np.int16)
-    cut = unsafe[: k // 2]
-    if cut.any():
-        w0 = b_kn[0:2 * (k // 2):2].astype(np.int16)[cut]
-        w1 = b_kn[1::2].astype(np.int16)[cut]
-        kept = np.where(w1 < 0, np.abs(w0) - 128, 128 - np.abs(w0))
-        rest[: k // 2][cut] = w1 - kept
-        odd = safe[1::2]
-        odd[cut] = kept
-    return safe, rest
-
-
-def residual_tables(unsafe: np.ndarray, rest: np.ndarray, k: int, lanes: int,
-                    nr: int) -> tuple[np.ndarray, np.ndarray]:
+def residual_tables(cuts: Cuts, k: int, n: int, lanes: int, nr: int) -> tuple[np.ndarray, np.ndarray]:
     """The kernel's residual cells in the order it reads them (tile, vector, K group), and
     per tile the byte offset of its first cell and its cell count per vector.
 
@@ -118,23 +142,18 @@ def residual_tables(unsafe: np.ndarray, rest: np.ndarray, k: int, lanes: int,
     at least 4) reads the row's last dword instead, at K - 4, so it never reads past the
     row; only its first pair can be cut (the second lacks its second weight), its weight
     then at byte 5 - K % 4."""
-    cells = unsafe_cells(unsafe, lanes, nr)
-    tiles = cells.shape[0]
-    t, v, g = np.nonzero(cells)
-    entries = np.zeros(len(t), residual_entry(lanes))
-    pairs, n = rest.shape
-    padded = np.zeros((-(-pairs // 2) * 2, tiles * nr * lanes), np.int16)
-    padded[:pairs, :n] = rest
-    cols = (t * nr + v)[:, None] * lanes + np.arange(lanes)
-    first, second = padded[2 * g[:, None], cols], padded[2 * g[:, None] + 1, cols]
-    shifted = (4 * g + 4 > k) & (k >= 4)
-    entries["koff"] = np.where(shifted, k - 4, 4 * g)
-    r = entries["r"]
-    r[~shifted, :, 1], r[~shifted, :, 3] = first[~shifted], second[~shifted]
-    if shifted.any():
-        r[shifted, :, 5 - k % 4] = first[shifted]
+    tiles = -(-n // (nr * lanes))
+    group, vector = cuts.p // 2, cuts.n // lanes
+    # cells ordered by (vector, group): a tile's vectors are consecutive, so this is (tile, v, group)
+    keys, cell = np.unique(vector * (-(-k // 4)) + group, return_inverse=True)
+    cell_vector, cell_group = np.divmod(keys, -(-k // 4))
+    entries = np.zeros(len(keys), residual_entry(lanes))
+    shifted = (4 * cell_group + 4 > k) & (k >= 4)
+    entries["koff"] = np.where(shifted, k - 4, 4 * cell_group)
+    byte = np.where(shifted[cell], 5 - k % 4, 1 + 2 * (cuts.p % 2))  # the pair's second weight
+    entries["r"][cell, cuts.n % lanes, byte] = cuts.rest
     head = np.zeros((tiles, 1 + nr), np.int64)
-    head[:, 1:] = np.bincount(t * nr + v, minlength=tiles * nr).reshape(tiles, nr)
+    head[:, 1:] = np.bincount(cell_vector, minlength=tiles * nr)[: tiles * nr].reshape(tiles, nr)
     head[1:, 0] = np.cumsum(head[:, 1:].sum(axis=1))[:-1] * entries.itemsize
     data = aligned_zeros(max(entries.nbytes, entries.itemsize))  # never empty: a pointer to pass
     data[: entries.nbytes] = entries.view(np.uint8)
@@ -150,12 +169,6 @@ def pack_b(b_kn: np.ndarray, path: Path, nr: int, proof: tuple[int, int] | None 
     (``unsafe``: :func:`unsafe_pairs`, where the caller has it) into the residual tables
     a VPMADDUBSW kernel with ``residual`` reads (the tables are empty when every pair is
     safe)."""
-    original, res_head, res_entries, cells = b_kn, None, None, 0
-    if residual:
-        unsafe = unsafe_pairs(b_kn) if unsafe is None else unsafe
-        b_kn, rest = split_weights(b_kn, unsafe)
-        res_head, res_entries = residual_tables(unsafe, rest, b_kn.shape[0], path.lanes, nr)
-        cells = int(res_head[:, 1:].sum())
     k, n = b_kn.shape
     lanes = path.lanes
     tile_n = nr * lanes
@@ -183,9 +196,19 @@ def pack_b(b_kn: np.ndarray, path: Path, nr: int, proof: tuple[int, int] | None 
         units = rows.view(np.int32).reshape(groups, tiles, nr, lanes, per_group).transpose(1, 0, 4, 2, 3)
     data = aligned_zeros(4 * units.size)
     data.view(np.int32).reshape(units.shape)[...] = units  # one copy, into the aligned buffer
+    res_head = res_entries = None
+    cells = 0
+    if residual:  # the cut pairs' second weights, patched into the packed bytes; the rest to cells
+        unsafe = unsafe_pairs(b_kn) if unsafe is None else unsafe
+        cuts = cut_pairs(b_kn, unsafe)
+        kk, col = 2 * cuts.p + 1, cuts.n
+        tile, v, lane = col // tile_n, col % tile_n // lanes, col % lanes
+        data[(((tile * groups + kk // 4) * nr + v) * lanes + lane) * 4 + kk % 4] = cuts.kept.view(np.uint8)
+        res_head, res_entries = residual_tables(cuts, k, n, lanes, nr)
+        cells = int(res_head[:, 1:].sum())
     colsum = np.zeros(n_pad, np.int64)
-    colsum[:n] = original.sum(axis=0, dtype=np.int32 if k < 1 << 24 else np.int64)  # |sum| <= 128 K
-    safe, total = saturation_proof(original, unsafe) if proof is None else proof
+    colsum[:n] = b_kn.sum(axis=0, dtype=np.int32 if k < 1 << 24 else np.int64)  # |sum| <= 128 K
+    safe, total = saturation_proof(b_kn, unsafe) if proof is None else proof
     return PackedB(data, n, k, tile_n, tiles, data.nbytes // tiles, colsum, safe, total,
                    res_head=res_head, res_entries=res_entries, cells=cells)
 

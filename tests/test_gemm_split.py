@@ -1,7 +1,7 @@
 """Exact at the VPMADDUBSW rate: weights split into safe pairs plus residual cells.
 
 Under ``exact`` on a level without VNNI, weights whose unsafe pairs (one sign, magnitudes
-summing to 129 or more) are few are split (``primitives.gemm_pack.split_weights``): each
+summing to 129 or more) are few are split (``primitives.gemm_pack.cut_pairs``): each
 such pair's second weight is cut so the pair is safe, and the cut goes to a residual
 cell (K group of 4 x vector of a tile) that the kernel adds after its K loop as one
 more VPMADDUBSW step (at most one weight per byte pair: it cannot saturate). Trained weights are like this (a few large values); full-range random ones widen.
@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from primitives import reference
 from primitives.gemm import SPLIT_MAX_SHARE, Gemm, decide
-from primitives.gemm_pack import residual_entry, residual_tables, saturation_proof, split_weights, unsafe_pairs
+from primitives.gemm_pack import (cell_share, cut_pairs, residual_entry, residual_tables, saturation_proof,
+                                  unsafe_pairs)
 from tests.conftest import isa_params
 
 
@@ -45,15 +46,25 @@ def test_split_parts_sum_to_the_weights(k, n, tile, data):
     values = st.sampled_from([-128, -127, -100, -65, -64, -1, 0, 1, 63, 64, 65, 100, 127])
     b = np.array(data.draw(st.lists(values, min_size=k * n, max_size=k * n)), np.int8).reshape(k, n)
     unsafe = unsafe_pairs(b)
-    safe, rest = split_weights(b, unsafe)
+    # weights given as rows of columns (an inner product's) take another code path: the same
+    columns = np.ascontiguousarray(b.T).T
+    by_columns = unsafe_pairs(columns)
+    assert np.array_equal(by_columns, unsafe) and cell_share(by_columns, lanes) == cell_share(unsafe, lanes)
+    other = cut_pairs(columns, by_columns)
+    cuts = cut_pairs(b, unsafe)
+    assert sorted(zip(other.p, other.n, other.kept, other.rest)) == sorted(zip(cuts.p, cuts.n, cuts.kept, cuts.rest))
+    assert (2 * cuts.p + 1 < k).all()  # an odd K's last pair has no second weight to cut
+    safe = b.copy()
+    safe[2 * cuts.p + 1, cuts.n] = cuts.kept  # (a pair's first weight stays whole)
     assert saturation_proof(safe) == (unsafe.size, unsafe.size)
-    assert np.array_equal(safe[0::2], b[0::2])  # a pair's first weight stays whole
+    rest = np.zeros(unsafe.shape, np.int32)
+    rest[cuts.p, cuts.n] = cuts.rest
     whole = safe.astype(np.int32)
     whole[1::2] += rest[: k // 2]
     assert np.array_equal(whole, b)
-    assert not rest[k // 2:].any()  # an odd K's last pair has no second weight to cut
+    assert cell_share(unsafe, lanes)[0] == len({(p // 2, c // lanes) for p, c in zip(cuts.p, cuts.n)})
 
-    head, data_bytes = residual_tables(unsafe, rest, k, lanes, nr)
+    head, data_bytes = residual_tables(cuts, k, n, lanes, nr)
     entries = data_bytes[: int(head[:, 1:].sum()) * residual_entry(lanes).itemsize].view(residual_entry(lanes))
     tiles = -(-n // (lanes * nr))
     assert head.shape == (tiles, 1 + nr)
