@@ -21,9 +21,10 @@ rows and column tiles, with the whole loop nest inside the generated code::
 
 The bracketed loops exist in kernels whose spec asks for them: ``positions`` makes the
 kernel a batch-reduce GEMM (a convolution sums over kernel positions, each an offset
-into the same source rows) and ``outer`` walks a convolution's output rows; ``residual`` adds, after the K loop, the
-cells that split weights left out of B (``primitives.gemm_pack``: exact results at the
-VPMADDUBSW rate for weights with few pairs that could saturate).
+into the same source rows), ``outer`` walks a convolution's output rows and
+``residual`` adds, after the K loop, the cells that split weights left out of B
+(``primitives.gemm_pack``: exact results at the VPMADDUBSW rate for weights with few
+pairs that could saturate).
 
 A' is A for u8 sources and A + 128 (bytes xor 0x80) for s8 sources. B is packed by
 ``primitives.gemm_pack`` into the layout ``[tile][k group][vector][lane][4 bytes]``

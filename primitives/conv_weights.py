@@ -66,8 +66,7 @@ class ConvWeightsLayout:
                unsafe: np.ndarray | None = None) -> Choice:
         """GEMM's path decision, with the tile width this convolution's rows want (and
         residual cells, as a matmul's, where exact weights have few unsafe pairs)."""
-        return decide(self.isa, policy, b_kn, self.geometry.ocg, proof, split=True, unsafe=unsafe,
-                      nr=self.tile_vectors())
+        return decide(self.isa, policy, b_kn, self.geometry.ocg, proof, unsafe=unsafe, nr=self.tile_vectors())
 
     def candidates(self) -> list[Choice]:
         """Every decision the weights can lead to under this layout's policy
@@ -75,7 +74,7 @@ class ConvWeightsLayout:
         convolution's tile width; the first is the one without weights."""
         policy = "faithful" if self.policy == "halve_weights" else self.policy
         nr = self.tile_vectors()
-        return [replace(c, nr=nr) for c in candidates(self.isa, policy, self.geometry.ocg, split=True)]
+        return [replace(c, nr=nr) for c in candidates(self.isa, policy, self.geometry.ocg)]
 
     def pack_all(self, logical: np.ndarray) -> list:
         out = []

@@ -66,14 +66,14 @@ def tile_vectors(path: Path, n: int) -> int:
 
 
 def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
-           proof: tuple[int, int] | None = None, *, split: bool = False,
-           unsafe: np.ndarray | None = None, nr: int | None = None) -> Choice:
+           proof: tuple[int, int] | None = None, *, unsafe: np.ndarray | None = None,
+           nr: int | None = None) -> Choice:
     """The path and tile width a GEMM with logical K x N weights ``b_kn`` takes on ``isa``.
 
     The fast path, except for policy ``exact`` on a non-VNNI level when some column pair
-    of the weights can saturate VPMADDUBSW: then, with ``split`` and few such pairs, the
-    fast path on split weights with residual cells (``gemm_pack.cut_pairs``), else
-    the widening path. Without weights (``b_kn`` None, ``n`` columns): the fast path,
+    of the weights can saturate VPMADDUBSW: then, where such pairs are few, the fast path
+    on split weights with residual cells (``gemm_pack.cut_pairs``), else the widening
+    path. Without weights (``b_kn`` None, ``n`` columns): the fast path,
     the decision left to the packing (:func:`candidates` names every kernel it can take).
     ``proof`` and ``unsafe``: the weights' ``saturation_proof`` and ``unsafe_pairs``,
     where the caller has them; ``nr``: the tile width (vectors) where the caller's
@@ -88,47 +88,45 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
         return Choice(fast, nr, "faithful: VPMADDUBSW always, saturating as the hardware and oneDNN do")
     if b_kn is None and proof is None:
         return Choice(fast, nr, "exact: decided when the weights are packed: VPMADDUBSW where every column "
-                                "pair is proven safe (opposite signs, or 255*(|w0|+|w1|) <= 32767)"
-                                + (" or few are not (residual cells)" if split else "")
-                                + ", else the widening VPMADDWD path", residual=split)
-    if split and unsafe is None:
+                                "pair is proven safe (opposite signs, or 255*(|w0|+|w1|) <= 32767) or few "
+                                "are not (residual cells), else the widening VPMADDWD path", residual=True)
+    if unsafe is None:
         unsafe = unsafe_pairs(b_kn)
     if proof is None:
         proof = saturation_proof(b_kn, unsafe)
     safe, total = proof
     if safe == total:
         return Choice(fast, nr, f"exact: all {total} column pairs proven safe (opposite signs, or "
-                                "255*(|w0|+|w1|) <= 32767), fast VPMADDUBSW path", residual=split)
-    if split:
-        cells, share = cell_share(unsafe, fast.lanes)
-        if share <= SPLIT_MAX_SHARE:
-            return Choice(fast, nr, f"exact: {safe} of {total} column pairs proven safe; the rest are split, "
-                                    f"VPMADDUBSW path plus {cells} residual cells ({share:.1%} of the K group x "
-                                    "vector cells), a VPMADDUBSW step each", residual=True)
+                                "255*(|w0|+|w1|) <= 32767), fast VPMADDUBSW path", residual=True)
+    cells, share = cell_share(unsafe, fast.lanes)
+    if share <= SPLIT_MAX_SHARE:
+        return Choice(fast, nr, f"exact: {safe} of {total} column pairs proven safe; the rest are split, "
+                                f"VPMADDUBSW path plus {cells} residual cells ({share:.1%} of the K group x "
+                                "vector cells), a VPMADDUBSW step each", residual=True)
     return Choice(widening_path(isa), nr,
                   f"exact: {safe} of {total} column pairs proven safe; the rest can saturate, "
                   "widening VPMADDWD path")
 
 
-def candidates(isa: str, policy: str, n: int, split: bool = False) -> list[Choice]:
+def candidates(isa: str, policy: str, n: int) -> list[Choice]:
     """Every decision weights of ``n`` columns can lead to: the fast path, and for
     ``exact`` on a non-VNNI level the widening one too, so that a primitive whose weights
     are not known yet can make both kernels at creation (its first execution then
-    generates nothing, whichever the weights take). With ``split`` the fast kernel reads
+    generates nothing, whichever the weights take). Under ``exact`` the fast kernel reads
     residual cells (none when every pair is safe)."""
-    first = decide(isa, policy, None, n, split=split)
+    first = decide(isa, policy, None, n)
     if policy != "exact" or first.path.kind == "vnni":
         return [first]
     return [first, Choice(widening_path(isa), first.nr, "exact: some column pair can saturate VPMADDUBSW, "
                                                          "widening VPMADDWD path")]
 
 
-def pack_weights(b_kn: np.ndarray, isa: str, policy: str, split: bool = False) -> tuple[PackedB, Choice]:
+def pack_weights(b_kn: np.ndarray, isa: str, policy: str) -> tuple[PackedB, Choice]:
     """The decision for the K x N weights ``b_kn`` and the weights packed for it (the
-    saturation proof taken once, for both). ``split``: see :func:`decide`."""
+    saturation proof taken once, for both)."""
     unsafe = unsafe_pairs(b_kn)
     proof = saturation_proof(b_kn, unsafe)
-    choice = decide(isa, policy, b_kn, proof=proof, split=split, unsafe=unsafe)
+    choice = decide(isa, policy, b_kn, proof=proof, unsafe=unsafe)
     return pack_b(b_kn, choice.path, choice.nr, proof, unsafe, residual=choice.residual), choice
 
 
@@ -244,7 +242,7 @@ class Gemm:
                      self.N if self.transb == "N" else self.K, self.ldb)
         b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
             else B[: self.K, : self.N]
-        return pack_weights(b_kn, self.isa, self.policy, split=True)
+        return pack_weights(b_kn, self.isa, self.policy)
 
     def _kernel(self, choice: Choice, spec: OutputSpec):
         key = (choice.path, choice.nr, choice.residual, spec)
@@ -366,7 +364,7 @@ class Gemm:
 
     def impl_info(self) -> dict:
         """Which ISA path, kernel, blocking and policy decision this GEMM uses."""
-        choice = self._choice or self._last_choice or decide(self.isa, self.policy, None, self.N, split=True)
+        choice = self._choice or self._last_choice or decide(self.isa, self.policy, None, self.N)
         packed = self._packed or self._last_packed
         info = {
             "primitive": "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32",

@@ -42,7 +42,7 @@ class PackedB:
     run_colsum: np.ndarray | None = None
     # Split weights (pack_b's ``residual``): per tile, the byte offset of its cells in
     # res_entries and their count per vector (int64, tiles x (1 + nr)); the cells
-    # (RESIDUAL_ENTRY each); how many there are.
+    # (a residual_entry each); how many there are.
     res_head: np.ndarray | None = None
     res_entries: np.ndarray | None = None
     cells: int = 0

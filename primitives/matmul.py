@@ -91,7 +91,7 @@ class WeightsLayout:
         """Pack the logical s8 weights into ``dst`` and attach (PackedB, Choice) as payload."""
         if src_logical.dtype != np.int8:
             raise ValueError(f"weights: expected s8 values to pack, got {src_logical.dtype}")
-        packed, choice = pack_weights(self.b_kn(src_logical), self.isa, self.policy, split=True)
+        packed, choice = pack_weights(self.b_kn(src_logical), self.isa, self.policy)
         buf = dst.array.reshape(-1).view(np.uint8)
         size = packed.data.nbytes
         buf[:size] = packed.data
@@ -138,7 +138,7 @@ class _GemmBasedDesc(PrimitiveDesc):
         # Every kernel the weights can take (exact without VNNI: VPMADDUBSW or widening),
         # made now, so creation pays the code generation (or the disk cache) and no
         # execution does.
-        choices = self._choices = candidates(self.isa, policy, N, split=True)
+        choices = self._choices = candidates(self.isa, policy, N)
         self.fast = choices[0]
         for choice in choices:
             self._kernel_for(choice)
@@ -290,7 +290,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         else:
             order = pd._weights_order
         layout = WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, order)
-        return pack_weights(layout.b_kn(logical), pd.isa, pd.attr.policy, split=True)
+        return pack_weights(layout.b_kn(logical), pd.isa, pd.attr.policy)
 
     def _scratchpad_gone(self, address: int) -> None:
         self._sp_views.pop(address, None)

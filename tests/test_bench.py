@@ -207,8 +207,8 @@ def test_trained_weights_rows_take_the_split_path():
                                                    "128x768x768 [faithful, trained weights]")
     _, W, _, _, _ = bp.gemm_operands(exact)
     assert np.array_equal(np.abs(W).max(axis=0), np.full(768, 127))  # per channel to +-127
-    assert decide("avx2", "exact", W, split=True).residual
+    assert decide("avx2", "exact", W).residual
     _, uniform, _, _, _ = bp.gemm_operands(dict(exact, weights="uniform"))
-    assert decide("avx2", "exact", uniform, split=True).path.kind == "widen"
+    assert decide("avx2", "exact", uniform).path.kind == "widen"
     names = [name for name, _ in bp.chain_groups("ip", [], argparse.Namespace(shapes=None, weights="trained"))]
     assert names == ["BERT-base linears, 128 tokens, trained weights", "BERT-base linears, 384 tokens, trained weights"]

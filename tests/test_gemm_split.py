@@ -146,11 +146,10 @@ def test_split_up_to_the_share_then_widen(isa):
         b = np.zeros((K, N), np.int8)
         for c in range(unsafe):  # group c % 32 of vector c // 32
             b[4 * (c % 32): 4 * (c % 32) + 2, (c // 32) * lanes] = 100
-        choice = decide(isa, "exact", b, split=True)
+        choice = decide(isa, "exact", b)
         assert choice.path.kind == kind, choice.reason
         assert choice.residual == (kind == "maddubsw")
-        assert decide(isa, "exact", b).residual is False  # convolution: no cells
-        assert decide(isa, "faithful", b, split=True).residual is False
+        assert decide(isa, "faithful", b).residual is False
 
 
 @pytest.mark.parametrize("isa", isa_params())

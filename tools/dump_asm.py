@@ -170,7 +170,7 @@ def _gemm_generated(args, isa: str, b):
     from runtime.isa import REQUIRES
 
     lacks = [f.upper() for f in REQUIRES[isa] if not cpu_info().has(f)]
-    choice = decide(isa, args.policy, b, split=True)
+    choice = decide(isa, args.policy, b)
     path, reason = choice.path, choice.reason
     kernel = gemm_kernel(choice, args.a_type == "s8", OutputSpec())
     kspec = kernel.meta["kspec"]
