@@ -68,18 +68,22 @@ def test_demo_gemm_exact_policy_is_exact_everywhere(demo_output):
 
 def test_demo_int8_layer_exact_policy(demo_output):
     """The layer section: 0 outputs differ from the exact model under the exact policy on
-    every runnable ISA; faithful differs only on VPMADDUBSW paths."""
+    every runnable ISA, with uniform and trained-like weights; faithful differs only on
+    VPMADDUBSW paths, where exact widens uniform weights and splits trained ones."""
     _, text = demo_output
     layer = text.split("An int8 layer", 1)[1]
     for isa in SUPPORTED:
         for policy in ("exact", "faithful"):
-            line = [ln for ln in layer.splitlines() if ln.startswith(isa + " ") and f" {policy} " in ln]
-            assert len(line) == 1, layer
-            conv, matmul = (int(v) for v in line[0].split()[2:4])
-            if policy == "exact" or fast_path(isa).kind == "vnni":
-                assert conv == matmul == 0, line[0]
-            else:
-                assert conv > 0 and matmul > 0, line[0]
+            for weights in ("uniform", "trained"):
+                line = [ln for ln in layer.splitlines() if ln.split()[:3] == [isa, policy, weights]]
+                assert len(line) == 1, layer
+                conv, matmul = (int(v) for v in line[0].split()[3:5])
+                if policy == "exact" or fast_path(isa).kind == "vnni":
+                    assert conv == matmul == 0, line[0]
+                else:
+                    assert conv > 0 and matmul > 0, line[0]
+                if policy == "exact" and fast_path(isa).kind == "maddubsw":
+                    assert ("_widen_" if weights == "uniform" else "_maddubsw_cells_") in line[0], line[0]
 
 
 def test_demo_main_returns_zero(capsys, monkeypatch):
