@@ -62,7 +62,7 @@ def problems(draw):
         bias=draw(st.sampled_from([None, "f32", "s32"])), zp_src=draw(st.sampled_from([None, 0, 3, -7])),
         zp_dst=draw(st.sampled_from([None, 0, 2])), s_dst=draw(st.sampled_from([None, 1.0, 7.5, -2.0, 0.0, 1e-45])),
         post=post, seed=draw(st.integers(0, 2**31)), policy=draw(st.sampled_from(["exact", "faithful"])),
-        packed=draw(st.booleans()))
+        packed=draw(st.booleans()), weights=draw(st.sampled_from(["random", "random", "sparse"])))
 
 
 def _run(p, isa):
@@ -70,6 +70,12 @@ def _run(p, isa):
     M, K, N, dst_dt = p["M"], p["K"], p["N"], p["dst_dt"]
     src = _rand(rng, p["src_dt"], (M, K))
     wei = _rand(rng, "s8", (K, N))
+    if p.get("weights") == "sparse":  # |w| <= 64 but a few large ones: exact splits them into residual
+        wei = rng.integers(-64, 65, (K, N)).astype(np.int8)  # cells (tests/test_gemm_split.py)
+        large = rng.random((K, N)) < 0.02
+        wei[large] = rng.choice(np.array([127, -128, 110], np.int8), int(large.sum()))
+        if rng.integers(2):  # sources at the top of their range: the large pairs saturate VPMADDUBSW
+            src[...] = 255 if p["src_dt"] == "u8" else 127
     scales, zps, args = {}, {}, {}
     if p["s_src"] is not None:
         scales["src"] = 0
