@@ -441,8 +441,10 @@ class _Convolution(GemmKernels, Primitive):
                                  "convolution pads the source with its zero point")
             # The padded copy, or the edge strips: its borders (and padded channels) keep
             # their zero point from one call to the next; only the source's part is rewritten.
+            # (Edge columns, pd._edges, read the source in place: no buffer, but the same
+            # range rule, so whether a zero point is taken does not hang on the blocking.)
             a = sp[:pd._pad_bytes].view(src.array.dtype)
-            if not kept or self._filled.get(a.ctypes.data) != zp_src:
+            if a.size and (not kept or self._filled.get(a.ctypes.data) != zp_src):
                 a.fill(zp_src)
                 self._filled[a.ctypes.data] = zp_src
             if pd._strips:  # read in place; the threads copy the edges into the strips (but for _edges)

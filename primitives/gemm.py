@@ -371,7 +371,9 @@ class Gemm:
         info = {
             "primitive": "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32",
             "isa": self.isa, "path": choice.path.kind, "policy": self.policy,
-            "exact": choice.path.exact, "decision": choice.reason,
+            # Whether the results are exact: the path is, or the exact policy made it so
+            # (pairs proven safe, split into cells, or widened), as conv's impl_info says.
+            "exact": choice.path.exact or self.policy == "exact", "decision": choice.reason,
             "tile_n": choice.nr * choice.path.lanes, "threads": self.threads,
             "shape": (self.M, self.N, self.K),
         }

@@ -192,6 +192,7 @@ def test_seed_example_every_path(isa_path):
         dst = np.zeros((1, 1), np.int32)
         pd.create().execute({"src": src, "weights": wei, "dst": dst})
         out[policy] = int(dst[0, 0])
+        assert pd.impl_info()["exact"] == (policy == "exact" or isa_path.endswith("vnni"))
     assert out["exact"] == 64770
     assert out["faithful"] == (64770 if isa_path.endswith("vnni") else 32767)
 

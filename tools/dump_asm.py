@@ -217,7 +217,8 @@ def _conv(args, isa: str):
             raise UsageError(f"the depthwise kernel for {isa} is not generated here (the CPU lacks it)")
         return header, [pd._kernel(spec)]
     # Every kernel the layer can run: under exact without VNNI the weights decide, when
-    # packed, between VPMADDUBSW (every pair proven safe) and widening; both are listed.
+    # packed, between VPMADDUBSW with residual cells (none where every pair is proven
+    # safe) and widening; both are listed.
     choices = replace(pd._layout, isa=isa).candidates()
     kernels = [pd._kernel_for(c) for c in choices]  # (where the CPU lacks isa: generated, never called)
     if run_isa == isa:
