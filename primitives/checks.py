@@ -39,7 +39,9 @@ def check_matrix(name: str, array, dtype, rows: int, cols: int, ld: int, *, writ
         raise ValueError(f"{name}: the array is read-only but is written to")
     item = array.itemsize
     if array.ndim == 2:
-        if array.strides[1] != item or (rows > 1 and array.strides[0] != ld * item):
+        # A dimension of one element has no meaningful stride (NumPy calls B.T of a 1 x N
+        # B C-contiguous, with strides (1, N)): only the strides that are walked count.
+        if (array.shape[1] > 1 and array.strides[1] != item) or (rows > 1 and array.strides[0] != ld * item):
             raise ValueError(
                 f"{name}: rows must be contiguous and {ld} elements apart (ld{name.lower()}={ld}); "
                 f"got strides {array.strides} for itemsize {item}"

@@ -570,6 +570,23 @@ def test_bad_input_thin_gemm():
         gemm(A, np.zeros((4, 2), np.int8), policy="Exact!")
 
 
+def test_one_element_dimension_strides_are_not_checked():
+    """NumPy calls the transpose of a 1 x N matrix C-contiguous though its strides are
+    (1, N): a dimension of one element is never walked, so its stride cannot matter."""
+    rng = np.random.default_rng(10)
+    A = rng.integers(0, 256, (1, 3), dtype=np.uint8).T  # 3 x 1 (K = 1), strides (1, 3)
+    Bt = rng.integers(-128, 128, (1, 5), dtype=np.int8).T  # N x K = 5 x 1, strides (1, 5)
+    assert A.flags.c_contiguous and Bt.strides == (1, 5)
+    C = np.zeros((3, 5), np.int32)
+    Gemm(3, 5, 1, B=Bt, transb="T").execute(A, C)
+    np.testing.assert_array_equal(C, A.astype(np.int32) @ Bt.T.astype(np.int32))
+    a_row = rng.integers(0, 256, (6, 1), dtype=np.uint8).T  # M = 1: 1 x 6, strides (1, 1)
+    C1 = np.zeros((1, 5), np.int32)
+    B = rng.integers(-128, 128, (6, 5), dtype=np.int8)
+    Gemm(1, 5, 6, B=B).execute(a_row, C1)
+    np.testing.assert_array_equal(C1, a_row.astype(np.int32) @ B.astype(np.int32))
+
+
 def test_thin_gemm_matches_numpy(isa_path):
     rng = np.random.default_rng(9)
     A = rng.integers(-128, 128, (23, 57), dtype=np.int8)
