@@ -331,9 +331,12 @@ def test_user_scratchpad_two_threads(isa_path):
 
 @pytest.mark.parametrize("dst_dt", ["u8", "s8", "s32", "f32"])
 @pytest.mark.parametrize("where", ["end", "start"])
-def test_guard_pages(isa_path, guarded, dst_dt, where):
+@pytest.mark.parametrize("weights", ["uniform", "split"])
+def test_guard_pages(isa_path, guarded, dst_dt, where, weights):
     """Every tail width of a row, with src, weights, dst and binary operands against a
-    PROT_NONE page: any access past a buffer faults."""
+    PROT_NONE page: any access past a buffer faults. ``split``: small weights with an
+    unsafe pair at the end of K (the exact path's residual cells on VPMADDUBSW ISAs:
+    at K = 68/69 of 70 the cell reads A's last dword of a row)."""
     rng = np.random.default_rng(6)
     for M, K, N in ((3, 5, 17), (2, 1, 9), (7, 13, 3), (1, 70, 33)):
         src = guarded(M * K, np.uint8, where).reshape(M, K)
@@ -348,9 +351,16 @@ def test_guard_pages(isa_path, guarded, dst_dt, where):
         pd = MatmulDesc(desc((M, K), "u8", "ab"), desc((K, N), "s8", "ab"), desc((M, N), dst_dt, "ab"),
                         attr=Attr(scales={"src": 0}, post_ops=po), isa=isa_path)
         wei = _rand(rng, "s8", (K, N))
+        if weights == "split":
+            wei = rng.integers(-20, 21, (K, N)).astype(np.int8)
+            if K >= 2:
+                wei[2 * ((K - 2) // 2):][:2, N - 1] = 127
         old = dst.copy()
-        pd.create().execute({"src": src, "weights": wei, "dst": dst, "scales:src": np.float32([0.01]),
-                             "post_op:1:src_1": src1, "post_op:2:src_1": col})
+        prim = pd.create()
+        prim.execute({"src": src, "weights": wei, "dst": dst, "scales:src": np.float32([0.01]),
+                      "post_op:1:src_1": src1, "post_op:2:src_1": col})
         want = model(src, wei, policy="exact", isa=isa_path, s_src=0.01, old=old, dst_dt=dst_dt,
                      post=[("sum", 0.5, 0), ("binary", "add", src1), ("binary", "mul", col)])
         np.testing.assert_array_equal(dst, want)
+        if weights == "split" and K >= 2 and not isa_path.endswith("vnni"):
+            assert any("_cells_" in name for name in prim.impl_info()["kernels_run"])
