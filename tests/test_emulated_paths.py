@@ -1,0 +1,168 @@
+"""Every ISA path's kernels run, on any CPU, through the test emulator (tests/emulator.py).
+
+On a CPU without AVX-512 or AVX-VNNI those paths are otherwise only generated and
+disassembled. Here their GEMM, matmul and convolution kernels run emulated, instruction
+by instruction, and are compared bit for bit with the numpy models. The emulator itself
+is checked against the CPU first: on the AVX2 path, which every x86-64 CPU this runs on
+has, an emulated execution must write what the native one writes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+from primitives import reference
+from primitives.gemm import Gemm
+from runtime import isa as isa_mod
+from runtime import pool
+from runtime.ffi import ffi
+from tests.emulator import Machine
+from tests import test_gemm_split as split
+from tests import test_conv as conv
+from tests.test_matmul import _run, problems
+
+PATHS = ["avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"]
+EMULATED = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    """Kernel calls go through the emulator, and every ISA path counts as supported (so
+    primitives make their kernels). Returns ``switch(on)``, which turns both on or off
+    (off: native calls, the CPU's own paths). The primitives made meanwhile leave the
+    cache with the test."""
+    from primitives import primitive_cache
+
+    machine, native_run, native_supported = Machine(), pool.CallPlan.run, isa_mod.supported
+
+    def run(plan) -> None:
+        for calls in plan._keep:
+            for fn, arg in calls:
+                machine.call(int(ffi.cast("uintptr_t", fn)), int(ffi.cast("uintptr_t", arg)))
+
+    def switch(on: bool) -> Machine:
+        monkeypatch.setattr(pool.CallPlan, "run", run if on else native_run)
+        monkeypatch.setattr(isa_mod, "supported", (lambda: isa_mod.LADDER) if on else native_supported)
+        return machine
+
+    switch(True)
+    yield switch
+    primitive_cache.clear()
+
+
+def _gemm_case(rng, kind: str, a_type: str, M: int, N: int, K: int):
+    B = rng.integers(-128, 128, (K, N)).astype(np.int8) if kind == "uniform" else split.sparse_weights(rng, K, N, 0.002)
+    if kind == "split":  # an unsafe pair in the first group of the first column and the last of the last
+        B[0:2, 0] = 127
+        B[2 * ((K - 2) // 2):][:2, N - 1] = -128
+    lo, hi = (200, 256) if a_type == "u8" else (100, 128)  # sources that saturate VPMADDUBSW on large pairs
+    A = rng.integers(lo, hi, (M, K)).astype(np.uint8 if a_type == "u8" else np.int8)
+    return A, B
+
+
+GEMM_CASES = [("split", "u8", 7, 40, 70), ("split", "s8", 3, 24, 64), ("split", "u8", 13, 70, 130),
+              ("uniform", "u8", 5, 17, 13), ("uniform", "s8", 9, 33, 29), ("split", "u8", 1, 9, 6)]
+
+
+@pytest.mark.parametrize("case", GEMM_CASES)
+@pytest.mark.parametrize("policy", ["exact", "faithful"])
+def test_emulator_writes_what_the_cpu_writes(emulated, case, policy):
+    """The AVX2 kernels, native and emulated: the same bytes (VPMADDUBSW's saturation,
+    the residual cells, widening, s8 sources)."""
+    if not isa_mod.cpu_supports("avx2"):
+        pytest.skip("the CPU lacks AVX2: nothing native to compare the emulator with")
+    kind, a_type, M, N, K = case
+    A, B = _gemm_case(np.random.default_rng([M, N, K]), kind, a_type, M, N, K)
+    g = Gemm(M, N, K, a_type=a_type, B=B, policy=policy, isa="avx2", threads=1)
+    out = []
+    for on in (False, True):
+        emulated(on)
+        C = np.zeros((M, N), np.int32)
+        g.execute(A, C)
+        out.append(C)
+    np.testing.assert_array_equal(out[1], out[0])
+
+
+@EMULATED
+@given(p=problems())
+def test_emulated_matmul_pipeline_writes_what_the_cpu_writes(emulated, p):
+    """The whole output pipeline on AVX2 (scales, zero points, bias, eltwise, sum and
+    binary post-ops, every dst type, masked tails), native and emulated."""
+    if not isa_mod.cpu_supports("avx2"):
+        pytest.skip("the CPU lacks AVX2: nothing native to compare the emulator with")
+    emulated(False)
+    native, _ = _run(p, "avx2")
+    emulated(True)
+    emul, _ = _run(p, "avx2")
+    np.testing.assert_array_equal(emul.view(np.uint8), native.view(np.uint8))
+
+
+@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("case", GEMM_CASES)
+@pytest.mark.parametrize("policy", ["exact", "faithful"])
+def test_gemm_every_path_emulated(emulated, isa, case, policy):
+    kind, a_type, M, N, K = case
+    A, B = _gemm_case(np.random.default_rng([M, N, K, 1]), kind, a_type, M, N, K)
+    g = Gemm(M, N, K, a_type=a_type, B=B, policy=policy, isa=isa, threads=1)
+    C = np.zeros((M, N), np.int32)
+    g.execute(A, C)
+    faithful = policy == "faithful" and not isa.endswith("vnni")
+    want = reference.gemm("N", "N", "F", M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, np.zeros((M, N), np.int32), N,
+                          np.zeros(1, np.int32), faithful=faithful)
+    np.testing.assert_array_equal(C, want)
+    kernels = g.impl_info()["kernels"]
+    assert all(isa in name for name in kernels)
+    if kind == "split" and policy == "exact" and not isa.endswith("vnni") and g.impl_info()["cells"]:
+        assert all("_cells_" in name for name in kernels)
+
+
+def test_avx512_cells_run_emulated(emulated):
+    """The AVX-512 residual cells (16-column vectors, 128-byte entries), u8 and s8 sources
+    at the top of their range: the unsplit weights would saturate."""
+    rng = np.random.default_rng(5)
+    for a_type, M, N, K in (("u8", 7, 64, 70), ("s8", 6, 40, 130), ("u8", 1, 33, 10)):
+        B = rng.integers(-64, 65, (K, N)).astype(np.int8)
+        B[0:2, 0] = 127
+        B[2 * ((K - 2) // 2):][:2, N - 1] = -128
+        A = np.full((M, K), 255 if a_type == "u8" else 127, np.uint8 if a_type == "u8" else np.int8)
+        g = Gemm(M, N, K, a_type=a_type, B=B, policy="exact", isa="avx512_core", threads=1)
+        C = np.zeros((M, N), np.int32)
+        g.execute(A, C)
+        np.testing.assert_array_equal(C, (A.astype(np.int64) @ B.astype(np.int64)).astype(np.int32))
+        assert g.impl_info()["cells"] > 0 and all("_cells_" in k for k in g.impl_info()["kernels"])
+        faithful = reference.gemm("N", "N", "F", M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, np.zeros((M, N), np.int32),
+                                  N, np.zeros(1, np.int32), faithful=True)
+        assert not np.array_equal(faithful, C)  # the cells matter
+
+
+@pytest.mark.parametrize("isa", PATHS[1:])
+@EMULATED
+@given(p=problems())
+def test_matmul_every_path_emulated(emulated, isa, p):
+    """test_matmul's property test (attributes, post-op chains, dst types, split weights)
+    on the paths this CPU may lack."""
+    p.update(M=min(p["M"], 12), K=min(p["K"], 70), N=min(p["N"], 40))  # emulation is slow
+    dst, want = _run(p, isa)
+    np.testing.assert_array_equal(dst.view(np.int32) if dst.dtype == np.float32 else dst,
+                                  want.view(np.int32) if want.dtype == np.float32 else want)
+
+
+@pytest.mark.parametrize("isa", ["avx512_core", "avx2_vnni"])
+@pytest.mark.parametrize("shape", [(16, 24, 6, 7, 3, 1, 1, 1, 0, "u8"), (8, 16, 5, 9, 3, 2, 1, 1, 1, "s8")])
+def test_convolution_emulated(emulated, isa, shape):
+    """test_gemm_split's convolution (rows and edge columns reading parts of the window,
+    each adding the residual cells of its part) on a path this CPU may lack."""
+    split.test_split_convolution_is_exact(isa, shape)
+
+
+@pytest.mark.parametrize("isa", PATHS[1:])
+@EMULATED
+@given(p=conv.problems())
+def test_convolution_every_path_emulated(emulated, isa, p):
+    """test_conv's property test (1-3-D, groups, strides, padding, dilation, zero points,
+    post-ops, policies, split weights) on the paths this CPU may lack."""
+    assume(not (p["groups"] > 1 and p["icg"] == p["ocg"] == 1))  # depthwise calls its kernel directly
+    got, want = conv.run_case(p, isa)
+    f32 = got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
