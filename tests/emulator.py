@@ -1,4 +1,4 @@
-"""An x86-64 interpreter for the instructions int8jit's GEMM kernels use, for the tests.
+"""An x86-64 interpreter for the instructions int8jit's kernels use, for the tests.
 
 The paths this CPU lacks (AVX-512 on an AVX2 machine) are otherwise only generated and
 disassembled. This runs their bytes, decoded by iced-x86, against the process's real
@@ -364,19 +364,53 @@ def _vzeroupper(m: Machine, ins) -> None:
     m.vec[:16, 16:] = 0
 
 
+_KBITS = {ix.Mnemonic.KMOVB: 8, ix.Mnemonic.KMOVW: 16, ix.Mnemonic.KMOVD: 32, ix.Mnemonic.KMOVQ: 64}
+
+
 def _kxnor(m: Machine, ins) -> None:
     n = [_reg(ins.op_register(i))[1] for i in range(3)]
     m.k[n[0]] = ~(m.k[n[1]] ^ m.k[n[2]]) & 0xFFFF
 
 
+def _kshiftr(m: Machine, ins) -> None:
+    bits = 32 if ins.mnemonic == ix.Mnemonic.KSHIFTRD else 64 if ins.mnemonic == ix.Mnemonic.KSHIFTRQ else 16
+    v = m.k[_reg(ins.op_register(1))[1]] & ((1 << bits) - 1)
+    m.k[_reg(ins.op_register(0))[1]] = v >> ins.immediate(2) if ins.immediate(2) < bits else 0
+
+
 def _kmov(m: Machine, ins) -> None:
-    kind0 = _reg(ins.op_register(0))[0] if ins.op_kind(0) == ix.OpKind.REGISTER else "mem"
-    if kind0 == "k":
-        src = ins.op_register(1)
-        v = m.k[_reg(src)[1]] if _reg(src)[0] == "k" else m.get_gpr(src)
-        m.k[_reg(ins.op_register(0))[1]] = v & 0xFFFF
+    """KMOVB/W/D/Q between mask registers, general registers and memory (zero-extended)."""
+    bits = _KBITS[ins.mnemonic]
+    mask = (1 << bits) - 1
+    dst_k = ins.op_kind(0) == ix.OpKind.REGISTER and _reg(ins.op_register(0))[0] == "k"
+    if ins.op_kind(1) == ix.OpKind.MEMORY:
+        v = int.from_bytes(ctypes.string_at(m.addr(ins), bits // 8), "little")
+    elif _reg(ins.op_register(1))[0] == "k":
+        v = m.k[_reg(ins.op_register(1))[1]]
     else:
-        m.set_gpr(ins.op_register(0), m.k[_reg(ins.op_register(1))[1]] & 0xFFFF)
+        v = m.get_gpr(ins.op_register(1))
+    v &= mask
+    if dst_k:
+        m.k[_reg(ins.op_register(0))[1]] = v
+    elif ins.op_kind(0) == ix.OpKind.MEMORY:
+        ctypes.memmove(m.addr(ins), v.to_bytes(bits // 8, "little"), bits // 8)
+    else:
+        m.set_gpr(ins.op_register(0), v)
+
+
+def _cmov(m: Machine, ins) -> None:
+    size = _size0(ins)
+    value = m.scalar(ins, 1, size) if m.condition(ins.condition_code) else m.get_gpr(ins.op_register(0))
+    m.set_gpr(ins.op_register(0), value)  # (a 32-bit CMOV zero-extends, taken or not)
+
+
+def _bzhi(m: Machine, ins) -> None:
+    size = _size0(ins)
+    v, n = m.scalar(ins, 1, size), m.scalar(ins, 2, size) & 0xFF
+    r = v & ((1 << n) - 1) if n < 8 * size else v
+    m.logic_flags(r, size)
+    m.cf = n > 8 * size - 1
+    m.set_gpr(ins.op_register(0), r)
 
 
 _SCALAR = {
@@ -389,7 +423,11 @@ _SCALAR = {
     ix.Mnemonic.SARX: _shift("sarx"), ix.Mnemonic.NEG: _neg, ix.Mnemonic.PUSH: _push, ix.Mnemonic.POP: _pop,
     ix.Mnemonic.PREFETCHT0: _nop, ix.Mnemonic.PREFETCHT1: _nop, ix.Mnemonic.PREFETCHT2: _nop,
     ix.Mnemonic.PREFETCHNTA: _nop, ix.Mnemonic.NOP: _nop, ix.Mnemonic.VZEROUPPER: _vzeroupper,
-    ix.Mnemonic.KXNORW: _kxnor, ix.Mnemonic.KMOVW: _kmov,
+    ix.Mnemonic.KXNORW: _kxnor, ix.Mnemonic.KMOVB: _kmov, ix.Mnemonic.KMOVW: _kmov, ix.Mnemonic.KMOVD: _kmov,
+    ix.Mnemonic.KMOVQ: _kmov, ix.Mnemonic.KSHIFTRW: _kshiftr, ix.Mnemonic.KSHIFTRD: _kshiftr,
+    ix.Mnemonic.KSHIFTRQ: _kshiftr, ix.Mnemonic.BZHI: _bzhi,
+    **{getattr(ix.Mnemonic, "CMOV" + cc): _cmov for cc in ("E", "NE", "B", "AE", "BE", "A", "S", "NS", "L", "GE",
+                                                             "LE", "G", "O", "NO")},
 }
 
 
@@ -599,16 +637,16 @@ def _ternlog(m: Machine, ins) -> None:
     m.vdst(ins, out, 4)
 
 
-def _extend(dtype):
-    """VPMOVZXBD / VPMOVSXBD: the low bytes of the source, one per dword."""
+def _extend(src_dtype, dst_dtype):
+    """VPMOVZX / VPMOVSX: the source's low elements, each widened to a destination lane."""
     def run(m: Machine, ins) -> None:
         w = _width(ins)
-        n = w // 4
+        n = w // np.dtype(dst_dtype).itemsize * np.dtype(src_dtype).itemsize  # source bytes
         if ins.op_kind(1) == ix.OpKind.MEMORY:
             src = _read(m.addr(ins), n)
         else:
             src = m.vec[_reg(ins.op_register(1))[1], :n]
-        m.vdst(ins, src.view(dtype).astype(np.int32), 4)
+        m.vdst(ins, src.view(src_dtype).astype(dst_dtype), np.dtype(dst_dtype).itemsize)
     return run
 
 
@@ -660,6 +698,76 @@ def _fp(fn):
     return run
 
 
+def _broadcast128(m: Machine, ins) -> None:
+    """VBROADCASTI32X4 / VBROADCASTI128: a 16-byte block repeated."""
+    w = _width(ins)
+    m.vdst(ins, np.tile(_read(m.addr(ins), 16), w // 16), 4)
+
+
+def _extract256(m: Machine, ins) -> None:
+    v = m.vec[_reg(ins.op_register(1))[1]]
+    part = v[32 * (ins.immediate(2) & 1): 32 * (ins.immediate(2) & 1) + 32]
+    if ins.op_kind(0) == ix.OpKind.MEMORY:
+        m.store(ins, part, 4)
+    else:
+        m.vdst(ins, part, 4)
+
+
+def _cmpps(m: Machine, ins) -> None:
+    """VCMPPS: the predicate in imm8 (ordered/unordered, signalling or not: the same here)."""
+    w = _width(ins)
+    a, b = m.vsrc(ins, 1, w).view(np.float32), m.vsrc(ins, 2, w).view(np.float32)
+    with np.errstate(invalid="ignore"):
+        unordered = np.isnan(a) | np.isnan(b)
+        pred = ins.immediate(3) & 0x0F
+        base = {0: a == b, 1: a < b, 2: a <= b, 3: unordered, 4: a != b, 5: ~(a < b), 6: ~(a <= b),
+                7: ~unordered, 13: a >= b, 14: a > b}[pred]
+    if _reg(ins.op_register(0))[0] == "k":
+        m.k[_reg(ins.op_register(0))[1]] = int(sum(1 << int(i) for i in np.flatnonzero(base)))
+    else:
+        m.vdst(ins, np.where(base, -1, 0).astype(np.int32), 4)
+
+
+def _cvtsi2ss(m: Machine, ins) -> None:
+    size = _reg(ins.op_register(2))[2] if ins.op_kind(2) == ix.OpKind.REGISTER else \
+        ix.MemorySizeInfo(ins.memory_size).size
+    v = _signed(m.scalar(ins, 2, size), size)
+    out = m.vec[_reg(ins.op_register(1))[1], :16].copy()
+    out[:4] = np.array([v], np.float64).astype(np.float32).view(np.uint8)  # one rounding, to nearest
+    m.vdst(ins, out, 4)
+
+
+def _dpwssd(m: Machine, ins) -> None:
+    w = _width(ins)
+    acc = m.vsrc(ins, 0, w).view(np.int32).astype(np.int64)
+    p = m.vsrc(ins, 1, w).view(np.int16).astype(np.int64) * m.vsrc(ins, 2, w).view(np.int16).astype(np.int64)
+    m.vdst(ins, (acc + p[0::2] + p[1::2]).astype(np.uint32).view(np.int32), 4)  # wraps, as VPDPWSSD does
+
+
+def _pextr(esize: int):
+    def run(m: Machine, ins) -> None:
+        i = ins.immediate(2) & (16 // esize - 1)
+        value = m.vec[_reg(ins.op_register(1))[1], i * esize: (i + 1) * esize]
+        if ins.op_kind(0) == ix.OpKind.MEMORY:
+            _write(m.addr(ins), value)
+        else:
+            m.set_gpr(ins.op_register(0), int.from_bytes(value.tobytes(), "little"))
+    return run
+
+
+def _pinsr(esize: int):
+    def run(m: Machine, ins) -> None:
+        out = m.vec[_reg(ins.op_register(1))[1], :16].copy()
+        i = ins.immediate(3) & (16 // esize - 1)
+        if ins.op_kind(2) == ix.OpKind.MEMORY:
+            value = _read(m.addr(ins), esize)
+        else:
+            value = np.frombuffer(m.get_gpr(ins.op_register(2)).to_bytes(8, "little")[:esize], np.uint8)
+        out[i * esize: (i + 1) * esize] = value
+        m.vdst(ins, out, esize)
+    return run
+
+
 V = ix.Mnemonic
 _VECTOR = {
     V.VPADDD: _binary(lambda a, b: a + b, np.int32, 4),
@@ -677,7 +785,9 @@ _VECTOR = {
     V.VADDPS: _binary(_fp(np.add), np.float32, 4), V.VSUBPS: _binary(_fp(np.subtract), np.float32, 4),
     V.VMULPS: _binary(_fp(np.multiply), np.float32, 4), V.VDIVPS: _binary(_fp(np.divide), np.float32, 4),
     V.VANDPS: _binary(lambda a, b: a & b, np.uint32, 4), V.VORPS: _binary(lambda a, b: a | b, np.uint32, 4),
-    V.VBLENDVPS: _blendv, V.VPTERNLOGD: _ternlog, V.VPMOVZXBD: _extend(np.uint8), V.VPMOVSXBD: _extend(np.int8),
+    V.VBLENDVPS: _blendv, V.VPTERNLOGD: _ternlog, V.VPMOVZXBD: _extend(np.uint8, np.int32), V.VPMOVSXBD: _extend(np.int8, np.int32),
+    V.VPMOVZXBW: _extend(np.uint8, np.int16), V.VPMOVSXBW: _extend(np.int8, np.int16),
+    V.VPMOVZXWD: _extend(np.uint16, np.int32), V.VPMOVSXWD: _extend(np.int16, np.int32),
     V.VPSLLD: _shift_dwords("sll"), V.VPSRLD: _shift_dwords("srl"), V.VPSRAD: _shift_dwords("sra"),
     V.VROUNDPS: _round, V.VRNDSCALEPS: _round, V.VSQRTPS: _sqrt,
     V.VMINPS: _binary(_minmax(np.less), np.float32, 4), V.VMAXPS: _binary(_minmax(np.greater), np.float32, 4),
@@ -697,4 +807,10 @@ _VECTOR = {
     V.VPMOVDB: _pmov(np.int8, None), V.VPMOVSDB: _pmov(np.int8, "s"), V.VPMOVUSDB: _pmov(np.uint8, "us"),
     V.VPCMPGTD: _pcmpgtd, V.VMASKMOVPS: _maskmov, V.VPMASKMOVD: _maskmov,
     V.VPERMQ: _permq, V.VPERMD: _permd, V.VEXTRACTI128: _extract128, V.VEXTRACTF128: _extract128,
+    V.VEXTRACTI64X4: _extract256, V.VEXTRACTI32X8: _extract256, V.VBROADCASTI32X4: _broadcast128,
+    V.VBROADCASTI128: _broadcast128, V.VCMPPS: _cmpps, V.VCVTSI2SS: _cvtsi2ss, V.VPDPWSSD: _dpwssd,
+    V.VPEXTRB: _pextr(1), V.VPEXTRW: _pextr(2), V.VPEXTRD: _pextr(4), V.VPINSRB: _pinsr(1),
+    V.VPINSRW: _pinsr(2), V.VPINSRD: _pinsr(4),
+    V.VPMAXSB: _binary(np.maximum, np.int8, 1), V.VPMAXUB: _binary(np.maximum, np.uint8, 1),
+    V.VPMINSB: _binary(np.minimum, np.int8, 1), V.VPMINUB: _binary(np.minimum, np.uint8, 1),
 }

@@ -1,10 +1,12 @@
 """Every ISA path's kernels run, on any CPU, through the test emulator (tests/emulator.py).
 
 On a CPU without AVX-512 or AVX-VNNI those paths are otherwise only generated and
-disassembled. Here their GEMM, matmul and convolution kernels run emulated, instruction
-by instruction, and are compared bit for bit with the numpy models. The emulator itself
-is checked against the CPU first: on the AVX2 path, which every x86-64 CPU this runs on
-has, an emulated execution must write what the native one writes.
+disassembled. Here the kernels of the GEMM, matmul, convolution, depthwise convolution,
+pooling and reorder run emulated, instruction by instruction, under those primitives'
+own property tests (smaller shapes), and are compared bit for bit with the numpy models.
+The emulator itself is held to the CPU first: on the AVX2 path, which every x86-64 CPU
+this runs on has, an emulated execution must write the bytes the native one writes.
+(The thread pool's native fork-join is not emulated: a plan's calls run one after another.)
 """
 from __future__ import annotations
 
@@ -14,37 +16,77 @@ from hypothesis import HealthCheck, assume, given, settings
 
 from primitives import reference
 from primitives.gemm import Gemm
+from primitives.memory import desc
 from runtime import isa as isa_mod
 from runtime import pool
 from runtime.ffi import ffi
 from tests.emulator import Machine
 from tests import test_gemm_split as split
 from tests import test_conv as conv
+from tests import test_conv_depthwise as depthwise
+from tests import test_pooling as pooling
+from tests import test_reorder as reorder
 from tests.test_matmul import _run, problems
 
 PATHS = ["avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"]
 EMULATED = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+class EmulatedFunction:
+    """What ``Kernel.function`` gives while emulating: called like the cffi pointer,
+    it runs the kernel's bytes in a fresh :class:`Machine` (so Python threads calling
+    it at once do not share registers)."""
+
+    def __init__(self, address: int):
+        self.address = address
+
+    def __call__(self, *args) -> None:
+        _emulate(self, *args)
+
+
+def _address(value) -> int:
+    if isinstance(value, EmulatedFunction):
+        return value.address
+    return value if isinstance(value, int) else int(ffi.cast("uintptr_t", value))
+
+
+def _emulate(fn, *args) -> None:
+    Machine().call(_address(fn), *(_address(a) for a in args))
+
+
+def _plan_init(plan, per_thread) -> None:
+    plan._keep = [list(calls) for calls in per_thread] or [[]]
+    plan.threads = len(plan._keep)
+
+
+def _plan_run(plan) -> None:
+    for calls in plan._keep:  # one thread's list after another (a plan made natively too)
+        for fn, arg in calls:
+            _emulate(fn, arg)
+
+
 @pytest.fixture
 def emulated(monkeypatch):
-    """Kernel calls go through the emulator, and every ISA path counts as supported (so
-    primitives make their kernels). Returns ``switch(on)``, which turns both on or off
-    (off: native calls, the CPU's own paths). The primitives made meanwhile leave the
-    cache with the test."""
+    """Every kernel call goes through the emulator (``Kernel.function`` and the thread
+    pool's call plans), and every ISA path counts as supported, so primitives make their
+    kernels. Returns ``switch(on)``, which turns that on or off (off: native calls, the
+    CPU's own paths). Either way the primitives made before are dropped from the cache,
+    so a primitive's plans are made in the mode that runs them."""
     from primitives import primitive_cache
+    from runtime.cpu import cpu_info
+    from runtime.kernel import Kernel
 
-    machine, native_run, native_supported = Machine(), pool.CallPlan.run, isa_mod.supported
+    cpu_info()  # probed natively (CPUID is not emulated), then cached
+    native = {(pool.CallPlan, "__init__"): pool.CallPlan.__init__, (pool.CallPlan, "run"): pool.CallPlan.run,
+              (Kernel, "function"): Kernel.__dict__["function"], (isa_mod, "supported"): isa_mod.supported}
+    emulating = {(pool.CallPlan, "__init__"): _plan_init, (pool.CallPlan, "run"): _plan_run,
+                 (Kernel, "function"): property(lambda kernel: EmulatedFunction(kernel.address)),
+                 (isa_mod, "supported"): lambda: isa_mod.LADDER}
 
-    def run(plan) -> None:
-        for calls in plan._keep:
-            for fn, arg in calls:
-                machine.call(int(ffi.cast("uintptr_t", fn)), int(ffi.cast("uintptr_t", arg)))
-
-    def switch(on: bool) -> Machine:
-        monkeypatch.setattr(pool.CallPlan, "run", run if on else native_run)
-        monkeypatch.setattr(isa_mod, "supported", (lambda: isa_mod.LADDER) if on else native_supported)
-        return machine
+    def switch(on: bool) -> None:
+        primitive_cache.clear()
+        for (owner, name), value in (emulating if on else native).items():
+            monkeypatch.setattr(owner, name, value)
 
     switch(True)
     yield switch
@@ -84,18 +126,42 @@ def test_emulator_writes_what_the_cpu_writes(emulated, case, policy):
     np.testing.assert_array_equal(out[1], out[0])
 
 
+def _native_then_emulated(emulated, run) -> None:
+    """``run()``'s output natively and emulated, on the AVX2 path: the same bytes."""
+    if not isa_mod.cpu_supports("avx2"):
+        pytest.skip("the CPU lacks AVX2: nothing native to compare the emulator with")
+    out = []
+    for on in (False, True):
+        emulated(on)
+        out.append(np.ascontiguousarray(run()))
+    np.testing.assert_array_equal(out[1].view(np.uint8), out[0].view(np.uint8))
+
+
 @EMULATED
 @given(p=problems())
 def test_emulated_matmul_pipeline_writes_what_the_cpu_writes(emulated, p):
     """The whole output pipeline on AVX2 (scales, zero points, bias, eltwise, sum and
     binary post-ops, every dst type, masked tails), native and emulated."""
-    if not isa_mod.cpu_supports("avx2"):
-        pytest.skip("the CPU lacks AVX2: nothing native to compare the emulator with")
-    emulated(False)
-    native, _ = _run(p, "avx2")
-    emulated(True)
-    emul, _ = _run(p, "avx2")
-    np.testing.assert_array_equal(emul.view(np.uint8), native.view(np.uint8))
+    _native_then_emulated(emulated, lambda: _run(p, "avx2")[0])
+
+
+@EMULATED
+@given(p=depthwise.problems())
+def test_emulated_depthwise_writes_what_the_cpu_writes(emulated, p):
+    p.update(N=min(p["N"], 2), C=min(p["C"], 40))  # emulation is slow
+    _native_then_emulated(emulated, lambda: depthwise.run_case(p, "avx2")[0])
+
+
+@EMULATED
+@given(case=pooling.cases())
+def test_emulated_pooling_writes_what_the_cpu_writes(emulated, case):
+    _native_then_emulated(emulated, lambda: pooling.run_case("avx2", **case)[0])
+
+
+@EMULATED
+@given(problem=reorder.problems())
+def test_emulated_reorder_writes_what_the_cpu_writes(emulated, problem):
+    _native_then_emulated(emulated, lambda: _reorder_case("avx2", problem)[0])
 
 
 @pytest.mark.parametrize("isa", PATHS)
@@ -166,3 +232,41 @@ def test_convolution_every_path_emulated(emulated, isa, p):
     got, want = conv.run_case(p, isa)
     f32 = got.dtype == np.float32
     np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
+
+
+@pytest.mark.parametrize("isa", PATHS[1:])
+@EMULATED
+@given(p=depthwise.problems())
+def test_depthwise_every_path_emulated(emulated, isa, p):
+    """test_conv_depthwise's property test (its own kernel, exact under every policy)."""
+    p.update(N=min(p["N"], 2), C=min(p["C"], 40))  # emulation is slow
+    dst, want, _ = depthwise.run_case(p, isa)
+    np.testing.assert_array_equal(depthwise._bits(dst), depthwise._bits(want))
+
+
+@pytest.mark.parametrize("isa", PATHS[1:])
+@EMULATED
+@given(case=pooling.cases())
+def test_pooling_every_path_emulated(emulated, isa, case):
+    """test_pooling's property test: max and average pooling, every layout and tail."""
+    got, want = pooling.run_case(isa, **case)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("isa", PATHS[1:])
+@EMULATED
+@given(problem=reorder.problems())
+def test_reorder_every_path_emulated(emulated, isa, problem):
+    """test_reorder's property test: quantize, dequantize, scales and zero points per mask."""
+    got, want = _reorder_case(isa, problem)
+    assert np.array_equal(reorder.bits(got), reorder.bits(want))
+
+
+def _reorder_case(isa: str, problem) -> tuple:
+    """test_reorder's property test, one problem: (the reorder's output, the model's)."""
+    dims, tag, dtag, sdt, ddt, masks, seed = problem
+    rng = np.random.default_rng(seed)
+    attr, values, ref_kw = reorder.attr_and_values(rng, dims, masks)
+    pd = reorder.ReorderDesc(desc(dims, sdt, tag), desc(dims, ddt, dtag), attr, isa=isa)
+    src = reorder.random_values(rng, sdt, dims)
+    return reorder.run(pd, src, values), reorder.reorder_ref(src, sdt, ddt, **ref_kw)
