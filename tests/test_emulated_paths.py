@@ -270,3 +270,24 @@ def _reorder_case(isa: str, problem) -> tuple:
     pd = reorder.ReorderDesc(desc(dims, sdt, tag), desc(dims, ddt, dtag), attr, isa=isa)
     src = reorder.random_values(rng, sdt, dims)
     return reorder.run(pd, src, values), reorder.reorder_ref(src, sdt, ddt, **ref_kw)
+
+
+@pytest.mark.parametrize("isa", ["avx512_core", "avx512_core_vnni"])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(p=conv.wide_problems())
+def test_wide_convolution_avx512_emulated(emulated, isa, p, monkeypatch):
+    """test_conv's wide problems (tens to hundreds of channels: 64-column tiles traded for
+    rows, edge strips, column chunks, against drawn cache sizes) on AVX-512, one image
+    of at most 9x9 (emulation is slow: up to ten seconds each; a soak of 6 a path passed)."""
+    import primitives.conv_blocking as blocking
+    from runtime.caches import DataCaches
+
+    size = min(p["size"][0], 9)
+    assume(size + p["pad_l"][0] + p["pad_r"][0] >= (p["ker"][0] - 1) * (p["dil"][0] + 1) + 1)
+    p.update(n=1, size=(size, size))
+    budgets = blocking.cache_budgets(DataCaches(l1d=p["caches"][0], l2=p["caches"][1], source="test"))
+    monkeypatch.setattr(blocking, "L1_BUDGET", budgets[0])
+    monkeypatch.setattr(blocking, "L2_BUDGET", budgets[1])
+    got, want = conv.run_case(p, isa)
+    f32 = got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
