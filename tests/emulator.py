@@ -142,7 +142,17 @@ class Machine:
         info = ix.MemorySizeInfo(ins.memory_size)
         if info.is_broadcast:
             return np.tile(_read(self.addr(ins), info.element_size), width // info.element_size)
-        return _read(self.addr(ins), min(width, info.size))
+        return self.read_masked(ins, min(width, info.size), max(1, info.element_size))
+
+    def read_masked(self, ins, nbytes: int, per: int) -> np.ndarray:
+        """``nbytes`` of the memory operand, ``per`` bytes to an opmask bit: under a mask
+        only the selected elements are read (EVEX suppresses faults on the others)."""
+        if ins.op_mask == ix.Register.NONE:
+            return _read(self.addr(ins), nbytes)
+        a, out = self.addr(ins), np.zeros(nbytes, np.uint8)
+        for e in np.flatnonzero(self.mask_bits(ins, nbytes // per)):
+            out[e * per: (e + 1) * per] = _read(a + e * per, per)
+        return out
 
     def mask_bits(self, ins, elements: int) -> np.ndarray | None:
         if ins.op_mask == ix.Register.NONE:
@@ -642,8 +652,8 @@ def _extend(src_dtype, dst_dtype):
     def run(m: Machine, ins) -> None:
         w = _width(ins)
         n = w // np.dtype(dst_dtype).itemsize * np.dtype(src_dtype).itemsize  # source bytes
-        if ins.op_kind(1) == ix.OpKind.MEMORY:
-            src = _read(m.addr(ins), n)
+        if ins.op_kind(1) == ix.OpKind.MEMORY:  # (a mask bit per destination lane)
+            src = m.read_masked(ins, n, np.dtype(src_dtype).itemsize)
         else:
             src = m.vec[_reg(ins.op_register(1))[1], :n]
         m.vdst(ins, src.view(src_dtype).astype(dst_dtype), np.dtype(dst_dtype).itemsize)

@@ -26,6 +26,8 @@ from tests import test_conv as conv
 from tests import test_conv_depthwise as depthwise
 from tests import test_pooling as pooling
 from tests import test_reorder as reorder
+from tests import test_matmul as matmul
+from tests.test_conv import strips_always  # noqa: F401 (a fixture of the edge-strip test below)
 from tests.test_matmul import _run, problems
 
 PATHS = ["avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"]
@@ -291,3 +293,29 @@ def test_wide_convolution_avx512_emulated(emulated, isa, p, monkeypatch):
     got, want = conv.run_case(p, isa)
     f32 = got.dtype == np.float32
     np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
+
+
+@pytest.mark.parametrize("isa", PATHS[1:])
+def test_guard_pages_emulated(emulated, isa, guarded):
+    """Each primitive's guard-page test (its buffers flush against PROT_NONE pages) on the
+    paths this CPU may lack: a read or write past a buffer faults under the emulator as
+    it does natively (its masked loads, like the CPU's, do not touch masked-off lanes)."""
+    for dst_dt in ("u8", "f32"):
+        for where in ("end", "start"):
+            for weights in ("uniform", "split"):
+                matmul.test_guard_pages(isa, guarded, dst_dt, where, weights)
+            depthwise.test_guard_pages(isa, guarded, where)
+    conv.test_guard_pages(isa, guarded)
+    for alg in pooling.ALGS:
+        for c in (13, 70):
+            pooling.test_guard_pages(isa, guarded, alg, c)
+    for sdt, ddt in (("f32", "u8"), ("s8", "f32")):
+        reorder.test_tails_stay_inside_the_buffers(isa, sdt, ddt, guarded)
+
+
+@pytest.mark.parametrize("isa", ["avx512_core", "avx512_core_vnni"])
+def test_edge_strips_stay_inside_the_source_emulated(emulated, isa, guarded, strips_always):  # noqa: F811
+    """The convolution's source read in place (edge strips or edge columns), flush against
+    a guard page, with split weights, on AVX-512."""
+    for where in ("end", "start"):
+        conv.test_edge_strips_stay_inside_the_source(isa, guarded, where, 1, strips_always, "split")
