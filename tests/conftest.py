@@ -4,6 +4,10 @@
   path this CPU can execute; the others are skipped with a reason that names the CPU
   feature the path needs and the CPU lacks ("CPU lacks AVX-VNNI").
 * :func:`executable_isas` / :func:`skip_reason` for tests that parametrise themselves.
+* ``INT8JIT_TEST_EMULATE=1``: the paths this CPU lacks are not skipped where a test takes
+  its path from ``isa_path`` or :func:`isa_params`: the test runs with every kernel call
+  emulated (``tests/emulator.py``), slowly; a developer's soak on a machine without
+  AVX-512 (the tests that compare with oneDNN or PyTorch, which run natively, still skip).
 * :class:`GuardedBuffer` and the ``guarded`` fixture: numpy arrays whose last byte sits
   right before a PROT_NONE page (``where="end"``) or whose first byte sits right after
   one (``where="start"``), so that any access outside the array faults (SIGSEGV).
@@ -83,11 +87,17 @@ def executable_isas() -> tuple[str, ...]:
     return tuple(name for name in ALL_ISAS if isa_mod.cpu_supports(name))
 
 
+EMULATE = os.environ.get("INT8JIT_TEST_EMULATE", "").strip() not in ("", "0")
+# Tests that hold int8jit to a peer library running natively: not under emulation.
+_NATIVE_PEERS = ("test_gemm_onednn", "test_onednn_prim", "test_onednn_peer", "test_torch_conv")
+
+
 def isa_params():
-    """pytest params over every ladder level, skipped where the CPU lacks the path."""
+    """pytest params over every ladder level, skipped where the CPU lacks the path (but
+    under ``INT8JIT_TEST_EMULATE``)."""
     out = []
     for name in ALL_ISAS:
-        why = skip_reason(name)
+        why = None if EMULATE else skip_reason(name)
         marks = [pytest.mark.skip(reason=why)] if why else []
         out.append(pytest.param(name, id=name, marks=marks))
     return out
@@ -97,6 +107,25 @@ def isa_params():
 def isa_path(request) -> str:
     """An ISA path this CPU can execute (every ladder level, skipped where it cannot)."""
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _emulated_path(request, monkeypatch):
+    """Under ``INT8JIT_TEST_EMULATE``, a test parametrised with a path this CPU lacks runs
+    with its kernel calls emulated."""
+    callspec = getattr(request.node, "callspec", None) if EMULATE else None
+    params = callspec.params.values() if callspec is not None else ()
+    if not any(isinstance(v, str) and v in ALL_ISAS and skip_reason(v) for v in params):
+        yield
+        return
+    if request.module.__name__.rsplit(".", 1)[-1] in _NATIVE_PEERS:
+        pytest.skip(f"{skip_reason(next(v for v in params if v in ALL_ISAS))}; its peer runs natively")
+    from primitives import primitive_cache
+    from tests.emulator import emulation_switch
+
+    emulation_switch(monkeypatch)(True)
+    yield
+    primitive_cache.clear()
 
 
 def faithful_model(policy: str, isa: str) -> bool:

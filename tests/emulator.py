@@ -259,6 +259,69 @@ class Machine:
         return nxt
 
 
+# -- int8jit's kernel calls, emulated ---------------------------------------------------
+class EmulatedFunction:
+    """What ``Kernel.function`` gives while emulating: called like the cffi pointer,
+    it runs the kernel's bytes in a fresh :class:`Machine` (so Python threads calling
+    it at once do not share registers)."""
+
+    def __init__(self, address: int):
+        self.address = address
+
+    def __call__(self, *args) -> None:
+        _emulate(self, *args)
+
+
+def _address(value) -> int:
+    from runtime.ffi import ffi
+
+    if isinstance(value, EmulatedFunction):
+        return value.address
+    return value if isinstance(value, int) else int(ffi.cast("uintptr_t", value))
+
+
+def _emulate(fn, *args) -> None:
+    Machine().call(_address(fn), *(_address(a) for a in args))
+
+
+def _plan_init(plan, per_thread) -> None:
+    plan._keep = [list(calls) for calls in per_thread] or [[]]
+    plan.threads = len(plan._keep)
+
+
+def _plan_run(plan) -> None:
+    for calls in plan._keep:  # one thread's list after another (a plan made natively too)
+        for fn, arg in calls:
+            _emulate(fn, arg)
+
+
+def emulation_switch(monkeypatch):
+    """``switch(on)``: with ``on``, every int8jit kernel call goes through the emulator
+    (``Kernel.function`` and the thread pool's call plans: a plan's calls run one after
+    another) and every ISA path counts as supported, so primitives make their kernels;
+    without, native calls on the CPU's own paths. Either way the primitives made before
+    are dropped from the cache, so a primitive's plans are made in the mode that runs
+    them. (The CPU is probed natively first: CPUID is not emulated.)"""
+    from primitives import primitive_cache
+    from runtime import isa as isa_mod
+    from runtime import pool
+    from runtime.cpu import cpu_info
+    from runtime.kernel import Kernel
+
+    cpu_info()
+    native = {(pool.CallPlan, "__init__"): pool.CallPlan.__init__, (pool.CallPlan, "run"): pool.CallPlan.run,
+              (Kernel, "function"): Kernel.__dict__["function"], (isa_mod, "supported"): isa_mod.supported}
+    emulating = {(pool.CallPlan, "__init__"): _plan_init, (pool.CallPlan, "run"): _plan_run,
+                 (Kernel, "function"): property(lambda kernel: EmulatedFunction(kernel.address)),
+                 (isa_mod, "supported"): lambda: isa_mod.LADDER}
+
+    def switch(on: bool) -> None:
+        primitive_cache.clear()
+        for (owner, name), value in (emulating if on else native).items():
+            monkeypatch.setattr(owner, name, value)
+    return switch
+
+
 # -- scalar instructions ---------------------------------------------------------------
 def _size0(ins) -> int:
     if ins.op_kind(0) == ix.OpKind.REGISTER:

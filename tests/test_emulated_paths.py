@@ -18,9 +18,7 @@ from primitives import reference
 from primitives.gemm import Gemm
 from primitives.memory import desc
 from runtime import isa as isa_mod
-from runtime import pool
-from runtime.ffi import ffi
-from tests.emulator import Machine
+from tests.emulator import emulation_switch
 from tests import test_gemm_split as split
 from tests import test_conv as conv
 from tests import test_conv_depthwise as depthwise
@@ -34,62 +32,13 @@ PATHS = ["avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"]
 EMULATED = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-class EmulatedFunction:
-    """What ``Kernel.function`` gives while emulating: called like the cffi pointer,
-    it runs the kernel's bytes in a fresh :class:`Machine` (so Python threads calling
-    it at once do not share registers)."""
-
-    def __init__(self, address: int):
-        self.address = address
-
-    def __call__(self, *args) -> None:
-        _emulate(self, *args)
-
-
-def _address(value) -> int:
-    if isinstance(value, EmulatedFunction):
-        return value.address
-    return value if isinstance(value, int) else int(ffi.cast("uintptr_t", value))
-
-
-def _emulate(fn, *args) -> None:
-    Machine().call(_address(fn), *(_address(a) for a in args))
-
-
-def _plan_init(plan, per_thread) -> None:
-    plan._keep = [list(calls) for calls in per_thread] or [[]]
-    plan.threads = len(plan._keep)
-
-
-def _plan_run(plan) -> None:
-    for calls in plan._keep:  # one thread's list after another (a plan made natively too)
-        for fn, arg in calls:
-            _emulate(fn, arg)
-
-
 @pytest.fixture
 def emulated(monkeypatch):
-    """Every kernel call goes through the emulator (``Kernel.function`` and the thread
-    pool's call plans), and every ISA path counts as supported, so primitives make their
-    kernels. Returns ``switch(on)``, which turns that on or off (off: native calls, the
-    CPU's own paths). Either way the primitives made before are dropped from the cache,
-    so a primitive's plans are made in the mode that runs them."""
+    """Every kernel call goes through the emulator and every ISA path counts as supported
+    (``tests.emulator.emulation_switch``); returns the switch, to turn that off and on."""
     from primitives import primitive_cache
-    from runtime.cpu import cpu_info
-    from runtime.kernel import Kernel
 
-    cpu_info()  # probed natively (CPUID is not emulated), then cached
-    native = {(pool.CallPlan, "__init__"): pool.CallPlan.__init__, (pool.CallPlan, "run"): pool.CallPlan.run,
-              (Kernel, "function"): Kernel.__dict__["function"], (isa_mod, "supported"): isa_mod.supported}
-    emulating = {(pool.CallPlan, "__init__"): _plan_init, (pool.CallPlan, "run"): _plan_run,
-                 (Kernel, "function"): property(lambda kernel: EmulatedFunction(kernel.address)),
-                 (isa_mod, "supported"): lambda: isa_mod.LADDER}
-
-    def switch(on: bool) -> None:
-        primitive_cache.clear()
-        for (owner, name), value in (emulating if on else native).items():
-            monkeypatch.setattr(owner, name, value)
-
+    switch = emulation_switch(monkeypatch)
     switch(True)
     yield switch
     primitive_cache.clear()
@@ -319,3 +268,27 @@ def test_edge_strips_stay_inside_the_source_emulated(emulated, isa, guarded, str
     a guard page, with split weights, on AVX-512."""
     for where in ("end", "start"):
         conv.test_edge_strips_stay_inside_the_source(isa, guarded, where, 1, strips_always, "split")
+
+
+def test_emulate_mode_runs_the_paths_the_cpu_lacks():
+    """``INT8JIT_TEST_EMULATE=1`` (tests/conftest.py): a test parametrised over the paths
+    runs all four, those this CPU lacks emulated, none skipped; a test that compares with
+    oneDNN, which runs natively, skips them."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = dict(os.environ, INT8JIT_TEST_EMULATE="1")
+    env.pop("INT8JIT_TEST_CPU", None)
+
+    def pytest_counts(test: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode in (0, 5), out.stdout + out.stderr
+        return {word: int(n) for n, word in re.findall(r"(\d+) (passed|skipped|failed)", out.stdout)}
+
+    assert pytest_counts("tests/test_matmul.py::test_seed_example_every_path") == {"passed": 4}
+    lacking = sum(not isa_mod.cpu_supports(isa) for isa in PATHS)
+    peer = pytest_counts("tests/test_gemm_onednn.py::test_exact_equals_onednn_default_with_offsetc_vectors")
+    assert "failed" not in peer and peer.get("skipped", 0) >= lacking
