@@ -133,7 +133,7 @@ class Machine:
 
     def vsrc(self, ins, i: int, width: int) -> np.ndarray:
         """Operand i, ``width`` bytes of a vector register or memory (a broadcast element
-        repeated); masked loads go through :meth:`masked_load`."""
+        repeated; under an opmask only the selected elements read)."""
         if ins.op_kind(i) == ix.OpKind.REGISTER:
             kind, n, size = _reg(ins.op_register(i))
             if kind == "gpr":
@@ -186,14 +186,6 @@ class Machine:
             return
         for e in np.flatnonzero(mask):  # only the masked elements are touched
             _write(a + e * esize, value[e * esize: (e + 1) * esize])
-
-    def masked_load(self, ins, width: int, esize: int) -> np.ndarray:
-        """A load whose masked-off elements are neither read (no fault) nor kept."""
-        a, out = self.addr(ins), np.zeros(width, np.uint8)
-        mask = self.mask_bits(ins, width // esize)
-        for e in np.flatnonzero(mask):
-            out[e * esize: (e + 1) * esize] = _read(a + e * esize, esize)
-        return out
 
     # -- flags ------------------------------------------------------------------------
     def logic_flags(self, r: int, size: int) -> None:
@@ -548,16 +540,7 @@ def _dpbusd(m: Machine, ins) -> None:
 def _move(esize: int):
     """Loads, stores and register moves (masked where the instruction has a mask)."""
     def run(m: Machine, ins) -> None:
-        w = _width(ins)
-        if ins.op_kind(1) == ix.OpKind.MEMORY and ins.op_mask != ix.Register.NONE:
-            value = m.masked_load(ins, w, esize)
-            n = _reg(ins.op_register(0))[1]
-            mask = np.repeat(m.mask_bits(ins, w // esize), esize)
-            old = np.zeros(w, np.uint8) if ins.zeroing_masking else m.vec[n, :w]
-            m.vec[n, :w] = np.where(mask, value, old)
-            m.vec[n, w:] = 0
-            return
-        m.vdst(ins, m.vsrc(ins, 1, w), esize)
+        m.vdst(ins, m.vsrc(ins, 1, _width(ins)), esize)
     return run
 
 
