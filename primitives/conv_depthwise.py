@@ -323,17 +323,10 @@ class DepthwiseConvDesc(PrimitiveDesc):
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_dt = src_md.dt
         self.has_src_zp = SRC in attr.zero_points
-        # u8 on avx512_core_vnni: broadcast VPDPBUSD blocks (no widening) for the full vectors; a
-        # source zero point through the compensation table. (An s8 source flipped to u8 by a
-        # VPXORD per loaded vector measured no faster than widening it: it stays widened.)
-        self._dot = self.isa == "avx512_core_vnni" and self.src_dt == "u8"
-        # Pixels per block (P): the cheapest blocking of a row (see _choose_pixels); the window
-        # along W is part of the kernel (its column schedule), the rest are run-time sizes.
         g = self.geo
         if g.kw > MAX_COLUMNS:
             raise ValueError(f"weights: the depthwise kernel takes at most {MAX_COLUMNS} taps along W, got {g.kw}")
-        self._pixels = _choose_pixels(g, DwKernelSpec(self.isa, self.src_dt, "none", self.output, 0, g.kw, g.sw,
-                                                      g.dw))
+        self._dot, self._pixels = self._blocking(self.isa)
         # One kernel now, so creation pays code generation (or the disk cache) once.
         self.spec = self.kernel_spec("s16" if self.has_src_zp else "none")
         self._kernel(self.spec)
@@ -357,11 +350,25 @@ class DepthwiseConvDesc(PrimitiveDesc):
         if verbose.enabled("dispatch"):
             verbose.dispatch(self.kind, self.impl_name(), "chosen: groups == IC == OC, NHWC")
 
-    def kernel_spec(self, zp: str, output: OutputSpec | None = None) -> DwKernelSpec:
-        """``output``: the stage to run, where not the descriptor's (``primitives.pipeline.dst_stage``)."""
+    def _blocking(self, isa: str) -> tuple[bool, int]:
+        """(dot, pixels) of this layer's kernel on ``isa``. u8 on avx512_core_vnni: broadcast
+        VPDPBUSD blocks (no widening) for the full vectors; a source zero point through the
+        compensation table. (An s8 source flipped to u8 by a VPXORD per loaded vector
+        measured no faster than widening it: it stays widened.) Pixels per block (P): the
+        cheapest blocking of a row (see _choose_pixels); the window along W is part of the
+        kernel (its column schedule), the rest are run-time sizes."""
         g = self.geo
-        return DwKernelSpec(self.isa, self.src_dt, zp, output or self.output, self._pixels, g.kw, g.sw, g.dw,
-                            dot=self._dot)
+        dot = isa == "avx512_core_vnni" and self.src_dt == "u8"
+        return dot, _choose_pixels(g, DwKernelSpec(isa, self.src_dt, "none", self.output, 0, g.kw, g.sw, g.dw))
+
+    def kernel_spec(self, zp: str, output: OutputSpec | None = None, isa: str | None = None) -> DwKernelSpec:
+        """``output``: the stage to run, where not the descriptor's (``primitives.pipeline.dst_stage``);
+        ``isa``: the kernel this layer would get on another path (dump-asm's, where the CPU
+        lacks it: generated, never run)."""
+        g = self.geo
+        dot, pixels = (self._dot, self._pixels) if isa in (None, self.isa) else self._blocking(isa)
+        return DwKernelSpec(isa or self.isa, self.src_dt, zp, output or self.output, pixels, g.kw, g.sw, g.dw,
+                            dot=dot)
 
     @staticmethod
     def _kernel(spec: DwKernelSpec):

@@ -37,11 +37,19 @@ def test_conv_exact_lists_every_kernel_the_weights_can_take(isa):
     assert kinds == (["vnni"] if isa.endswith("vnni") else ["cells", "widen"]), names
 
 
-def test_depthwise_layer_listing():
+@pytest.mark.parametrize("isa", LADDER)
+def test_depthwise_layer_listing(isa):
+    """The depthwise kernel on every path, generated where the CPU lacks it: u8 on
+    avx512_core_vnni multiplies by VPDPBUSD; the others widen to s16 pairs, multiplied
+    by VPDPWSSD where VNNI has it, by VPMADDWD where not."""
     out = io.StringIO()
-    assert run(["conv", "--ic", "32", "--oc", "32", "--groups", "32", "--hw", "14", "--window", "3", "--pad", "1"],
-               out) == 0
-    assert "depthwise" in out.getvalue()
+    assert run(["conv", "--ic", "32", "--oc", "32", "--groups", "32", "--hw", "14", "--window", "3", "--pad", "1",
+                "--isa", isa], out) == 0
+    text = out.getvalue().lower()
+    assert "; dw_u8s8" in text and f"_{isa}_" in text and "impl: depthwise:" in text
+    register = "zmm" if isa.startswith("avx512") else "ymm"
+    step = {"avx2": "vpmaddwd", "avx512_core": "vpmaddwd", "avx2_vnni": "vpdpwssd", "avx512_core_vnni": "vpdpbusd"}
+    assert f"{step[isa]} {register}" in text
 
 
 def test_conv_usage_errors():
