@@ -284,6 +284,7 @@ def test_emulate_mode_runs_the_paths_the_cpu_lacks():
 
     def pytest_counts(test: str) -> dict:
         out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], env=env,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              capture_output=True, text=True, timeout=600)
         assert out.returncode in (0, 5), out.stdout + out.stderr
         return {word: int(n) for n, word in re.findall(r"(\d+) (passed|skipped|failed)", out.stdout)}
