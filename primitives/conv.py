@@ -639,7 +639,10 @@ class _Convolution(GemmKernels, Primitive):
                         for first, rows, lo, hi, kw0, kw1 in classes:
                             r0 = row0 + first * OW
                             K = (kw1 - kw0) * g.k_per_position  # a run's window columns read (all: g.runs[1])
-                            s = new_args(kernel.meta["kspec"], packed, K, lda, ldc, out, c0, c1, r0, r0 + m)
+                            cells = None
+                            if kernel.meta["kspec"].residual:  # the residual cells of the part it reads
+                                cells = self._cells(cell_parts, packed, choice, offsets, layout, (lo, hi), (kw0, kw1))
+                            s = new_args(kernel.meta["kspec"], packed, K, lda, ldc, out, c0, c1, r0, r0 + m, cells)
                             s.outer, s.a_outer_stride, s.c_outer_stride = rows, a_outer, c_outer
                             s.pos_off = ffi.cast("int64_t *", pointer_to(offsets)) + lo
                             s.pos_end = s.pos_off + (hi - lo)
@@ -649,11 +652,6 @@ class _Convolution(GemmKernels, Primitive):
                             i = partial_index.get((lo, hi, kw0, kw1))
                             if i is not None:  # the compensation of the part it reads
                                 s.col_comp = pointer_to(cols[4 + i].view(np.int32)[grp]) + 4 * c0
-                            if kernel.meta["kspec"].residual:  # the residual cells of the part it reads
-                                head, cells = self._cells(cell_parts, packed, choice, layouts[layout][5], layout,
-                                                          (lo, hi), (kw0, kw1))
-                                s.res_head = pointer_to(head) + (c0 // packed.tile_n) * head.strides[0]
-                                s.res_entries = pointer_to(cells)
                             s.m = m
                             per_thread[t].append((kernel.function, s))
                             all_items.append((s, base, a_off + first * a_outer + grp * g.icgp,

@@ -77,12 +77,14 @@ def _at(array, offset_bytes=0):
 
 
 def new_args(kspec, packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c0: int, c1: int, r0: int,
-             r1: int):
+             r1: int, cells: tuple | None = None):
     """A struct for a call of the kernel of ``kspec`` on columns [c0, c1) and rows
     [r0, r1): everything but A and dst.
 
     ``K`` is the K of one position (a GEMM has one); the kernel's optional position
-    and outer loops are off (one position at offset 0, one block of rows).
+    and outer loops are off (one position at offset 0, one block of rows). ``cells``:
+    the residual tables (head, entries) the call reads, where not ``packed``'s own (a
+    convolution's call that reads part of the window: ``gemm_pack.residual_part``).
     """
     kspec.check_call(r1 - r0, K, c1 - c0)
     s = ffi.new("struct i8j_gemm_args *")
@@ -94,11 +96,11 @@ def new_args(kspec, packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c
     s.outer = 1
     s.b = _at(packed.data, (c0 // packed.tile_n) * packed.tile_stride)
     if kspec.residual:  # the cells of the call's first tile on
-        head = packed.res_head
+        head, entries = cells or (packed.res_head, packed.res_entries)
         if head is None or head.shape[1] != 1 + kspec.nr:
             raise RuntimeError(f"internal: {kspec.name} reads residual cells that these packed weights lack")
         s.res_head = _at(head, (c0 // packed.tile_n) * head.strides[0])
-        s.res_entries = _at(packed.res_entries)
+        s.res_entries = _at(entries)
     s.col_comp = _at(out.col_comp, 4 * c0)
     s.row_comp = _at(out.row_comp, 4 * r0)
     for name in ("scale", "bias", "dst_zp"):
