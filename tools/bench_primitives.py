@@ -218,16 +218,21 @@ def trained_weights(rng, shape: tuple, axis: int) -> np.ndarray:
     return np.round(w * (127 / np.abs(w).max(axis=others, keepdims=True))).astype(np.int8)
 
 
+def _case_weights(case, rng, w: np.ndarray, axis: int) -> tuple[np.ndarray, float]:
+    """The case's weights: ``w`` (uniform over s8), or trained-like ones of its shape
+    under ``--weights trained``; with the standard deviation the scales assume."""
+    if case.get("weights") == "trained":
+        w = trained_weights(rng, w.shape, axis)
+        return w, float(w.std())
+    return w, 74.0
+
+
 def gemm_operands(case):
     """u8 A (M, K), s8 W (K, N), bias, per-column weight scales, dst scale (src scale 1)."""
     M, N, K = case["M"], case["N"], case["K"]
     rng = _rng({k: case[k] for k in ("M", "N", "K")}, 0)
     A = rng.integers(0, 256, (M, K), dtype=np.uint8)
-    W = rng.integers(-128, 128, (K, N), dtype=np.int16).astype(np.int8)
-    w_std = 74.0
-    if case.get("weights") == "trained":
-        W = trained_weights(rng, (K, N), axis=1)
-        w_std = float(W.std())
+    W, w_std = _case_weights(case, rng, rng.integers(-128, 128, (K, N), dtype=np.int16).astype(np.int8), axis=1)
     # One standard deviation of the product maps to ~1; dst = relu(x) * 60: half the
     # outputs 0, a few saturated, most in between.
     wscale = (rng.uniform(0.5, 1.5, N) / (np.sqrt(K) * 74.0 * w_std)).astype(np.float32)
@@ -241,11 +246,8 @@ def conv_operands(case):
     rng = _rng({k: v for k, v in case.items() if k != "label"}, 1)
     x = rng.integers(0, 256, (n, case["IH"], case["IW"], case["IC"]), dtype=np.uint8)
     icg = case["IC"] // g
-    w = rng.integers(-128, 128, (case["OC"], icg, case["KH"], case["KW"]), dtype=np.int16).astype(np.int8)
-    w_std = 74.0
-    if case.get("weights") == "trained":
-        w = trained_weights(rng, w.shape, axis=0)
-        w_std = float(w.std())
+    w, w_std = _case_weights(case, rng, rng.integers(-128, 128, (case["OC"], icg, case["KH"], case["KW"]),
+                                                     dtype=np.int16).astype(np.int8), axis=0)
     k = icg * case["KH"] * case["KW"]
     wscale = (rng.uniform(0.5, 1.5, case["OC"]) / (np.sqrt(k) * 74.0 * w_std)).astype(np.float32)
     bias = rng.normal(0.0, 0.5, case["OC"]).astype(np.float32)
