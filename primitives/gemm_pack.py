@@ -152,9 +152,16 @@ def residual_tables(cuts: Cuts, k: int, n: int, lanes: int, nr: int) -> tuple[np
     entries["koff"] = np.where(shifted, k - 4, 4 * cell_group)
     byte = np.where(shifted[cell], 5 - k % 4, 1 + 2 * (cuts.p % 2))  # the pair's second weight
     entries["r"][cell, cuts.n % lanes, byte] = cuts.rest
-    head = np.zeros((tiles, 1 + nr), np.int64)
-    head[:, 1:] = np.bincount(cell_vector, minlength=tiles * nr)[: tiles * nr].reshape(tiles, nr)
-    head[1:, 0] = np.cumsum(head[:, 1:].sum(axis=1))[:-1] * entries.itemsize
+    return _tables(np.bincount(cell_vector, minlength=tiles * nr)[: tiles * nr].reshape(tiles, nr), entries)
+
+
+def _tables(counts: np.ndarray, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's residual tables from the cells in reading order and their count per
+    (tile, vector): per tile the byte offset of its first cell and those counts (int64,
+    tiles x (1 + nr)), and the cells' bytes in an aligned buffer."""
+    head = np.zeros((counts.shape[0], 1 + counts.shape[1]), np.int64)
+    head[:, 1:] = counts
+    head[1:, 0] = np.cumsum(counts.sum(axis=1))[:-1] * entries.itemsize
     data = aligned_zeros(max(entries.nbytes, entries.itemsize))  # never empty: a pointer to pass
     data[: entries.nbytes] = entries.view(np.uint8)
     return head, data
@@ -230,9 +237,4 @@ def residual_part(packed: PackedB, nr: int, run_k: int, offsets: np.ndarray, run
     keep = (run >= runs[0]) & (run < runs[1]) & (k_in >= ks[0]) & (k_in < ks[1])
     part = cells[keep]  # a copy, in the same (tile, vector, k) order
     part["koff"] = offsets[run[keep]] + k_in[keep] - ks[0]
-    head = np.zeros_like(packed.res_head)
-    head[:, 1:] = np.bincount(vector[keep], minlength=counts.size).reshape(-1, nr)
-    head[1:, 0] = np.cumsum(head[:, 1:].sum(axis=1))[:-1] * entry.itemsize
-    data = aligned_zeros(max(part.nbytes, entry.itemsize))
-    data[: part.nbytes] = part.view(np.uint8)
-    return head, data
+    return _tables(np.bincount(vector[keep], minlength=counts.size).reshape(-1, nr), part)
