@@ -89,9 +89,6 @@ class Machine:
         self.k = [0] * 8
         self.zf = self.sf = self.cf = self.of = False
         self._stack = np.zeros(1 << 16, np.uint8)
-        self._decoded: dict = {}  # rip -> instruction, for one call (code may be remapped after)
-        self.executed = 0  # instructions run by the last call
-        self.mnemonics: set = set()  # every mnemonic run
 
     # -- operands ---------------------------------------------------------------------
     def addr(self, ins) -> int:
@@ -218,21 +215,21 @@ class Machine:
         rsp -= 8
         ctypes.memmove(rsp, _RET.to_bytes(8, "little"), 8)
         self.gpr[4] = rsp
-        rip, self.executed, self._decoded = fn, 0, {}
         end = _mapping_end(fn)  # (a kernel calls nothing: its code is one mapping)
+        decoded: dict = {}  # rip -> instruction, for this call (code may be remapped after it)
+        rip, executed = fn, 0
         while rip != _RET:
-            ins = self._decoded.get(rip)
+            ins = decoded.get(rip)
             if ins is None:
-                ins = self._decoded[rip] = _decode(rip, end)
+                ins = decoded[rip] = _decode(rip, end)
             rip = self.step(ins)
-            self.executed += 1
-            if self.executed > limit:
+            executed += 1
+            if executed > limit:
                 raise RuntimeError("emulated call ran past its instruction limit")
 
     def step(self, ins) -> int:
         """Execute one instruction; the next rip."""
         M, name = ix.Mnemonic, ins.mnemonic
-        self.mnemonics.add(name)
         nxt = ins.next_ip
         if ins.flow_control != ix.FlowControl.NEXT:
             if name == M.RET:
@@ -398,9 +395,12 @@ def _shift(op: str):
         else:
             r = _signed(v, size) >> count
         r &= (1 << bits) - 1
-        if op in ("shr", "shl", "sar") and count:
+        if op in ("shrx", "shlx", "sarx"):  # (BMI2: three operands, no flags)
+            m.set_gpr(ins.op_register(0), r)
+            return
+        if count:
             m.logic_flags(r, size)
-        m.set_scalar(ins, r, size) if op in ("shr", "shl", "sar") else m.set_gpr(ins.op_register(0), r)
+        m.set_scalar(ins, r, size)
     return run
 
 
