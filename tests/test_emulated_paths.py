@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
+from jit.dot import fast_path
 from primitives import reference
 from primitives.gemm import Gemm
 from primitives.memory import desc
 from runtime import isa as isa_mod
 from tests.emulator import emulation_switch
+from tests import test_gemm as gemm_tests
 from tests import test_gemm_split as split
 from tests import test_conv as conv
 from tests import test_conv_depthwise as depthwise
@@ -260,6 +262,10 @@ def test_guard_pages_emulated(emulated, isa, guarded):
             pooling.test_guard_pages(isa, guarded, alg, c)
     for sdt, ddt in (("f32", "u8"), ("s8", "f32")):
         reorder.test_tails_stay_inside_the_buffers(isa, sdt, ddt, guarded)
+    # GEMM's own cases (test_gemm runs them in a child, natively): both policies where
+    # they take different kernels (VPMADDUBSW, widening), one where VPDPBUSD serves both
+    policies = ("exact",) if fast_path(isa).kind == "vnni" else gemm_tests.POLICIES
+    assert gemm_tests.guard_cases(isa, policies) == (None, 2 * len(policies) * len(gemm_tests.GUARD_CASES))
 
 
 @pytest.mark.parametrize("isa", ["avx512_core", "avx512_core_vnni"])
