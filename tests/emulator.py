@@ -736,7 +736,8 @@ def _round(m: Machine, ins) -> None:
     if imm >> 4:
         raise NotImplementedError(f"{ins}: a scale")
     mode = 0 if imm & 4 else imm & 3
-    out = {0: np.rint, 1: np.floor, 2: np.ceil, 3: np.trunc}[mode](x)
+    with np.errstate(invalid="ignore"):  # a NaN lane stays NaN, as the instruction leaves it
+        out = {0: np.rint, 1: np.floor, 2: np.ceil, 3: np.trunc}[mode](x)
     m.vdst(ins, out.astype(np.float32), 4)
 
 
