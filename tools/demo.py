@@ -173,11 +173,11 @@ def _layers(say, runnable) -> int:
     cells, a few outputs still saturate under faithful)."""
     import numpy as np
 
+    from primitives import primitive_cache
     from primitives.attr import Attr, PostOps
     from primitives.conv import ConvolutionDesc
     from primitives.conv_ref import conv_sum
     from primitives.matmul import MatmulDesc
-    from primitives import primitive_cache
     from primitives.memory import desc
     from primitives.reference import gemm_sum, output_pipeline
     from tools.bench_primitives import trained_weights
