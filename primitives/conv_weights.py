@@ -13,8 +13,7 @@ import numpy as np
 
 from primitives.conv_blocking import conv_tile
 from primitives.conv_geometry import Geometry
-from primitives.gemm import Choice, candidates, decide, fast_path
-from primitives.gemm_pack import pack_b, saturation_proof, unsafe_pairs
+from primitives.gemm import Choice, candidates, decide, fast_path, pack_weights
 from primitives.memory import Memory
 
 
@@ -62,11 +61,10 @@ class ConvWeightsLayout:
         widening kernel narrower than the fast path's broke them)."""
         return conv_tile(fast_path(self.isa), self.geometry)[1]
 
-    def decide(self, policy: str, b_kn: np.ndarray | None = None, proof: tuple[int, int] | None = None,
-               unsafe: np.ndarray | None = None) -> Choice:
-        """GEMM's path decision, with the tile width this convolution's rows want (and
-        residual cells, as a matmul's, where exact weights have few unsafe pairs)."""
-        return decide(self.isa, policy, b_kn, self.geometry.ocg, proof, unsafe=unsafe, nr=self.tile_vectors())
+    def decide(self, policy: str) -> Choice:
+        """GEMM's path decision before the weights are known, with the tile width this
+        convolution's rows want (``pack_all`` decides with them, as a matmul's packing)."""
+        return decide(self.isa, policy, None, self.geometry.ocg, nr=self.tile_vectors())
 
     def candidates(self) -> list[Choice]:
         """Every decision the weights can lead to under this layout's policy
@@ -87,10 +85,7 @@ class ConvWeightsLayout:
                 policy = "faithful"
             else:
                 policy = "exact" if self.policy == "halve_weights" else self.policy
-            unsafe = unsafe_pairs(b)  # once, for the decision and the pack
-            proof = saturation_proof(b, unsafe)
-            choice = self.decide(policy, b, proof, unsafe)
-            packed = pack_b(b, choice.path, choice.nr, proof, unsafe, residual=choice.residual)
+            packed, choice = pack_weights(b, self.isa, policy, nr=self.tile_vectors())
             # Column sums per window column of each run, for rows and edge columns that
             # read part of the window (the kw of a run: its first KW * k_per_position rows)
             g = self.geometry

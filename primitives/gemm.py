@@ -123,12 +123,12 @@ def candidates(isa: str, policy: str, n: int) -> list[Choice]:
                                                          "widening VPMADDWD path")]
 
 
-def pack_weights(b_kn: np.ndarray, isa: str, policy: str) -> tuple[PackedB, Choice]:
+def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None) -> tuple[PackedB, Choice]:
     """The decision for the K x N weights ``b_kn`` and the weights packed for it (the
-    saturation proof taken once, for both)."""
+    unsafe pairs and the saturation proof taken once, for both); ``nr`` as :func:`decide`'s."""
     unsafe = unsafe_pairs(b_kn)
     proof = saturation_proof(b_kn, unsafe)
-    choice = decide(isa, policy, b_kn, proof=proof, unsafe=unsafe)
+    choice = decide(isa, policy, b_kn, proof=proof, unsafe=unsafe, nr=nr)
     return pack_b(b_kn, choice.path, choice.nr, proof, unsafe, residual=choice.residual), choice
 
 
