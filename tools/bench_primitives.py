@@ -1077,6 +1077,7 @@ def _select(items, wanted, what):
 
 
 def problems_for(bench, args) -> list[dict]:
+    weights = getattr(args, "weights", "uniform")  # (pool has no --weights)
     if bench in ("matmul", "ip"):
         if args.shapes:
             items = []
@@ -1088,13 +1089,11 @@ def problems_for(bench, args) -> list[dict]:
                 items.append(_fc(f"{M}x{N}x{K}", M, N, K))
         else:
             items = [c for c in GEMM_SHAPES if not args.quick or c["label"] in GEMM_QUICK]
-        weights = getattr(args, "weights", "uniform")
         return [with_policy(dict(c, prim=bench), p, weights) for p in policies(bench, args) for c in items]
     if bench == "conv":
         items = _select(CONV_LAYERS, args.layers, "layer") if args.layers else \
             [c for c in CONV_LAYERS if not args.quick or c["label"] in CONV_QUICK]
         batches = [int(b) for b in args.batch.split(",")] if args.batch else ([1] if args.quick else [1, 8])
-        weights = getattr(args, "weights", "uniform")
         return [with_policy(dict(c, prim="conv", N=n), p, weights)
                 for p in policies(bench, args) for n in batches for c in items]
     items = _select(POOL_CASES, args.layers, "case") if args.layers else \
