@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tools import bench
+from tools import bench, bench_timing
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_measure_interleaved_times_every_side():
+def test_measure_calls_times_every_side():
     calls = {"a": 0, "b": 0}
 
     def a():
@@ -22,7 +22,7 @@ def test_measure_interleaved_times_every_side():
     def b():
         calls["b"] += 1
 
-    out = bench.measure_interleaved({"a": a, "b": b}, min_time=0.0, window=1e-4, min_rounds=3)
+    out = bench_timing.measure_calls({"a": a, "b": b}, min_time=0.0, window_s=1e-4, min_rounds=3)
     assert set(out) == {"a", "b"}
     for best, median in out.values():
         assert 0 < best <= median
@@ -52,28 +52,28 @@ def test_quick_run_writes_markdown(tmp_path):
 
 
 def test_single_thread_rows_pin_every_side_to_one_core():
-    """_pin narrows this process (and the oneDNN child it starts next) to its first
-    allowed CPUs; _unpin restores the mask; all cores' rows are not pinned."""
+    """pin narrows this process (and the oneDNN child it starts next) to its first
+    allowed CPUs; unpin restores the mask; all cores' rows are not pinned."""
     import os
 
     import pytest
 
-    from tools import bench_primitives as bp
+    from tools import bench_timing as bt
 
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this platform")
     allowed = os.sched_getaffinity(0)
-    assert bp._pin(len(allowed)) is None and os.sched_getaffinity(0) == allowed
+    assert bt.pin(len(allowed)) is None and os.sched_getaffinity(0) == allowed
     if len(allowed) < 2:
         pytest.skip("one CPU: nothing to narrow")
-    saved = bp._pin(1)
+    saved = bt.pin(1)
     try:
         assert os.sched_getaffinity(0) == {min(allowed)}
         child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
                                capture_output=True, text=True, check=True)
         assert child.stdout.strip() == str([min(allowed)])
     finally:
-        bp._unpin(saved)
+        bt.unpin(saved)
     assert os.sched_getaffinity(0) == allowed
 
 
@@ -81,7 +81,7 @@ def test_host_steal_reads_the_cpus_asked_for(monkeypatch, tmp_path):
     """steal = the steal jiffies' share of all jiffies (user .. steal) of the row's CPUs."""
     import builtins
 
-    from tools import bench_primitives as bp
+    from tools import bench_timing as bt
 
     stat = tmp_path / "stat"
     text = {"now": ("cpu  100 0 50 800 0 0 0 50 7 0\n"
@@ -96,14 +96,14 @@ def test_host_steal_reads_the_cpus_asked_for(monkeypatch, tmp_path):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", fake_open)
-    assert bp.host_steal_counters() == (50, 1000)
-    assert bp.host_steal_counters([1]) == (40, 500)
-    before = bp.host_steal_counters([0, 1])
+    assert bt.host_steal_counters() == (50, 1000)
+    assert bt.host_steal_counters([1]) == (40, 500)
+    before = bt.host_steal_counters([0, 1])
     text["now"] = text["now"].replace("cpu1 40 0 20 400 0 0 0 40", "cpu1 40 0 20 430 0 0 0 110")
-    after = bp.host_steal_counters([0, 1])
-    assert abs(bp.steal_fraction(before, after) - 70 / 100) < 1e-12
-    assert bp.steal_fraction(after, after) is None and bp.steal_fraction(None, after) is None
-    assert bp.host_steal_counters([5]) is None  # no such CPU in the file
+    after = bt.host_steal_counters([0, 1])
+    assert abs(bt.steal_fraction(before, after) - 70 / 100) < 1e-12
+    assert bt.steal_fraction(after, after) is None and bt.steal_fraction(None, after) is None
+    assert bt.host_steal_counters([5]) is None  # no such CPU in the file
 
 
 def test_conv_chain_quick_run(tmp_path):
@@ -128,7 +128,7 @@ def test_conv_chain_quick_run(tmp_path):
 def test_bert_chain_is_twelve_layers_of_six_linears():
     import argparse
 
-    from tools import bench_primitives as bp
+    from tools import bench_problems as bp
 
     args = argparse.Namespace(shapes=None, layers=None)
     groups = bp.chain_groups("ip", [], args)
@@ -144,7 +144,7 @@ def test_conv_policy_rows_share_operands_and_faithful_equals_onednn(tmp_path):
     check is ``=``."""
     import argparse
 
-    from tools import bench_primitives as bp
+    from tools import bench_problems as bp
     from tools import onednn
 
     args = argparse.Namespace(layers="res2 1x1 64->64", quick=True, batch="1", policy="exact,faithful")
@@ -199,7 +199,7 @@ def test_trained_weights_rows_take_the_split_path():
     import argparse
 
     from primitives.gemm import decide
-    from tools import bench_primitives as bp
+    from tools import bench_problems as bp
 
     args = argparse.Namespace(shapes="128x768x768", quick=True, policy="exact,faithful", weights="trained")
     exact, faithful = bp.problems_for("ip", args)

@@ -4,7 +4,7 @@ Python off the hot path). Before, a matmul or inner product whose shape wanted a
 prefetch generated that variant of its kernel at the first call (19-27 ms), and a padded
 convolution its row copy.
 
-The benchmark's own set-ups are used (``tools.bench_primitives``): the shapes a user
+The benchmark's own set-ups are used (``tools.bench_sides``): the shapes a user
 meets, on every ISA path this CPU runs, one thread (a second thread's pool is the
 process's, made once at its first parallel call). The benchmark's weights are full
 range, so on paths without VNNI the exact policy runs the widening kernel: creation,
@@ -27,7 +27,8 @@ import pytest
 
 from jit import cache
 from tests.conftest import isa_params
-from tools import bench_primitives as bp
+from tools import bench_problems as bp
+from tools.bench_sides import int8jit_setup
 
 
 def _gemm(label, M, N, K, prim="ip"):
@@ -65,7 +66,7 @@ def test_first_execution_generates_nothing(isa, case, monkeypatch):
         asked.append(key)
         return real(key, generate)
     monkeypatch.setattr(cache, "get_kernel", recorded)
-    side = bp.int8jit_setup(case, "fused", isa, 1)
+    side = int8jit_setup(case, "fused", isa, 1)
     made = set(asked)
     assert made, "the creation made no kernel"
     asked.clear()
@@ -77,10 +78,10 @@ def test_first_execution_generates_nothing(isa, case, monkeypatch):
 _FRESH_PROCESS = """
 import json, sys
 from runtime.ffi import ffi
-from tools import bench_primitives as bp
+from tools.bench_sides import int8jit_setup
 out = {}
 for case in json.loads(sys.argv[1]):
-    side = bp.int8jit_setup(case, "fused", None, 1)
+    side = int8jit_setup(case, "fused", None, 1)
     before = set(ffi._parsed_types)
     side.call()
     side.call()

@@ -1,7 +1,7 @@
 """oneDNN's primitive API through tools.onednn_prim: the binding works, and oneDNN's
 matmul / inner product / convolution agree with int8jit's.
 
-oneDNN runs in a child process (tools.bench_primitives' oneDNN server) capped at a VNNI
+oneDNN runs in a child process (tools.bench_sides' oneDNN server) capped at a VNNI
 ISA: there both libraries are exact (no s16 saturation, no halved weights), so the
 int32 products are equal, and the f32 pipelines agree operation for operation (src x
 weight scale, bias, relu, times the dst scale's f32 reciprocal, round to nearest even):
@@ -48,7 +48,7 @@ def server(request):
     why = skip_reason(request.param)
     if why:
         pytest.skip(f"{why}: oneDNN is exact only on VNNI paths, the comparison needs one")
-    from tools.bench_primitives import OneDNNServer
+    from tools.bench_sides import OneDNNServer
 
     srv = OneDNNServer(request.param, 1)
     assert srv.info["isa"] == request.param, srv.info
@@ -123,7 +123,7 @@ def test_zero_points_sum_post_op_user_scratchpad():
 
 
 def _cases():
-    from tools.bench_primitives import _conv, _fc
+    from tools.bench_problems import _conv, _fc
 
     gemm = [_fc("tails", 5, 17, 33), _fc("blocks", 64, 96, 256), _fc("gemv", 1, 130, 520)]
     conv = [_conv("3x3 pad", 16, 9, 24, 3, 1), _conv("3x3/2", 8, 11, 16, 3, 2), _conv("1x1", 32, 7, 48, 1, 1),
@@ -142,7 +142,7 @@ def _compare(a: np.ndarray, b: np.ndarray):
 
 @pytest.mark.parametrize("case", _cases())
 def test_fused_output_equals_int8jit(server, case):
-    from tools.bench_primitives import RemoteSide, Unavailable, int8jit_setup
+    from tools.bench_sides import RemoteSide, Unavailable, int8jit_setup
 
     try:
         mine = int8jit_setup(case, "fused", server.isa, 1)
@@ -159,7 +159,8 @@ def test_fused_output_equals_int8jit(server, case):
 
 @pytest.mark.parametrize("prim", ["matmul", "ip"])
 def test_plain_s32_equals_int8jit(server, prim):
-    from tools.bench_primitives import RemoteSide, _fc, int8jit_setup
+    from tools.bench_problems import _fc
+    from tools.bench_sides import RemoteSide, int8jit_setup
 
     case = dict(_fc("plain", 7, 50, 300), prim=prim)
     mine = int8jit_setup(case, "plain", server.isa, 1)
@@ -171,7 +172,8 @@ def test_plain_s32_equals_int8jit(server, prim):
 
 def test_onednn_pooling_matches_reference(server):
     from primitives.pooling_ref import pooling_ref
-    from tools.bench_primitives import RemoteSide, _pool, pool_src
+    from tools.bench_problems import _pool, pool_src
+    from tools.bench_sides import RemoteSide
 
     for case in (_pool("max", "max", 2, 20, 13, 3, 2, 1), _pool("avg", "avg_exclude_padding", 1, 33, 9, 3, 2, 1)):
         case = dict(case, prim="pool")
@@ -193,7 +195,8 @@ def test_non_vnni_convolution_against_onednn(isa):
     why = skip_reason(isa)
     if why:
         pytest.skip(why)
-    from tools.bench_primitives import OneDNNServer, RemoteSide, _conv, int8jit_setup
+    from tools.bench_problems import _conv
+    from tools.bench_sides import OneDNNServer, RemoteSide, int8jit_setup
 
     srv = OneDNNServer(isa, 1)
     try:

@@ -25,7 +25,7 @@ after the other):
   ``--quick``) and at least 5 rounds. A figure is the best window (the least disturbed);
   the ``noise`` column is how much slower int8jit's median window was than its best,
   ``steal`` the hypervisor's share of the problem's CPU time (see
-  ``bench_primitives.host_steal_counters``).
+  ``bench_timing.host_steal_counters``).
 * Inputs are full-range random, B is constant: int8jit packs it once at creation (a
   reusable ``primitives.gemm.Gemm``); oneDNN's GEMM API takes B as is on every call.
 * Policies: VNNI paths are exact, one ``exact`` row. On the VPMADDUBSW paths three rows:
@@ -43,69 +43,17 @@ import argparse
 import csv
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-LADDER = ("avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni")
-
-
-class Unavailable(RuntimeError):
-    """A side of the comparison that cannot run here (printed in its column)."""
-
-
-# ------------------------------------------------------------------ timing
-
-WINDOW_S = 0.005  # one timed window of back-to-back calls
-MIN_ROUNDS = 5
-
-
-def measure(fn, min_time: float, min_calls: int = 3, max_calls: int = 100_000) -> float:
-    """Median seconds of one ``fn()`` call after a warm-up call (one side alone)."""
-    fn()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < min_calls or (time.perf_counter() - start < min_time and len(times) < max_calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def measure_interleaved(fns: dict, min_time: float, window: float = WINDOW_S,
-                        min_rounds: int = MIN_ROUNDS) -> dict:
-    """{name: (best, median) seconds per call} of callables timed in alternating windows.
-
-    Each callable gets one warm-up call and a calibration of how many calls fill about
-    ``window`` seconds; then every round times one window of each, so every side sees
-    the same mix of quiet and disturbed moments.
-    """
-    calls = {}
-    for name, fn in fns.items():
-        t0 = time.perf_counter()
-        fn()
-        one = max(time.perf_counter() - t0, 1e-7)
-        calls[name] = max(1, min(10_000, int(window / one)))
-    per_call: dict = {name: [] for name in fns}
-    spent = 0.0
-    rounds = 0
-    while rounds < min_rounds or spent < min_time * len(fns):
-        for name, fn in fns.items():
-            n = calls[name]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            dt = time.perf_counter() - t0
-            spent += dt
-            per_call[name].append(dt / n)
-        rounds += 1
-    return {name: (min(v), statistics.median(v)) for name, v in per_call.items()}
+from runtime.isa import LADDER
+from tools import bench_primitives, conv_sources  # the primitive benches, each with its own main
+from tools.bench_timing import (REPO_ROOT, WINDOW_S, Unavailable, cpu_brand, host_steal_counters, measure_calls,
+                                peak_callable, steal_fraction, supported_isas)
 
 
 # ------------------------------------------------------------------ GEMM
@@ -176,56 +124,9 @@ def int8jit_gemm_callable(kind, M, N, K, isa, threads, policy, A, B, C):
     return call, g.impl_info()
 
 
-from tools import bench_primitives, conv_sources  # noqa: E402  (the primitive benches, each with its own main)
-
 BENCHES = {"gemm": GemmBench, "matmul": bench_primitives.MatmulCommand, "ip": bench_primitives.IpCommand,
            "conv": bench_primitives.ConvCommand, "pool": bench_primitives.PoolCommand,
            "conv-sources": conv_sources}
-
-
-# ------------------------------------------------------------------ the machine
-
-def cpu_brand() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown CPU"
-
-
-def supported_isas() -> list[str]:
-    """The ISA paths this CPU executes (runtime.isa), else read from /proc/cpuinfo."""
-    try:
-        from runtime.isa import supported
-
-        return list(supported())
-    except ImportError:
-        from runtime.isa import REQUIRES
-
-        flags: set[str] = set()
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-        return [isa for isa in LADDER if all(f in flags for f in REQUIRES[isa])]
-
-
-def peak_callable(isa: str, path: str | None):
-    """(callable running the register-only loop of ``path`` on ``isa``, ops per call)."""
-    from jit.dot import path_for
-    from jit.peak import ops_per_iteration, peak_kernel
-    from runtime.isa import cpu_supports
-
-    if not cpu_supports(isa):
-        raise RuntimeError(f"this CPU cannot execute {isa}")
-    kernel = peak_kernel(isa, path)  # held by the closure, not only by the kernel cache
-    iterations = 2000
-    ops = iterations * ops_per_iteration(path_for(isa, path))
-    return (lambda: kernel.function(iterations)), ops
 
 
 # ------------------------------------------------------------------ the child
@@ -276,9 +177,9 @@ def _worker(spec_json: str) -> None:
                 row["error"] = f"{type(exc).__name__}: {exc}"
             out["rows"].append(row)
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        before = bench_primitives.host_steal_counters(cpus)
-        times = measure_interleaved(fns, min_time) if fns else {}
-        out["steal"] = bench_primitives.steal_fraction(before, bench_primitives.host_steal_counters(cpus))
+        before = host_steal_counters(cpus)
+        times = measure_calls(fns, min_time) if fns else {}
+        out["steal"] = steal_fraction(before, host_steal_counters(cpus))
         gops = {name: (ops[name] / best / 1e9, ops[name] / median / 1e9) for name, (best, median) in times.items()}
         if "onednn" in gops:
             out["onednn"] = gops["onednn"][0]
@@ -328,7 +229,7 @@ class Row:
     peak_gops: float | None = None
     onednn_gops: float | None = None
     noise: float | None = None  # int8jit's median window vs its best, as a fraction
-    steal: float | None = None  # the hypervisor's share of the problem's CPU time (bench_primitives)
+    steal: float | None = None  # the hypervisor's share of the problem's CPU time (bench_timing)
     notes: list = field(default_factory=list)
 
     @property

@@ -15,7 +15,7 @@ For each ResNet-50 layer of ``int8jit-bench conv`` whose name contains one of
 
 A variant the layer cannot take (a 1x1 layer has no padding) falls back to what the
 layer can do, as the primitive would. Each round times a window (about 5 ms of calls) of
-each variant in turn (``tools.bench.measure_interleaved``); a figure is the best window
+each variant in turn (``tools.bench_timing.measure_calls``); a figure is the best window
 (the least disturbed by the host), and the ratio is the first variant's time over this
 one's (above 1: faster than the first). The outputs are compared: "OUTPUTS DIFFER" would
 be a bug. This is how the README's edge and strip measurements were taken.
@@ -52,8 +52,9 @@ def main(argv=None) -> int:
 
     from primitives import primitive_cache
     from runtime.isa import effective_isa
-    from tools import bench_primitives as bp
-    from tools.bench import measure_interleaved
+    from tools.bench_problems import CONV_LAYERS
+    from tools.bench_sides import int8jit_setup
+    from tools.bench_timing import measure_calls
 
     ap = argparse.ArgumentParser(prog="int8jit-bench conv-sources", description=__doc__.split("\n")[0])
     ap.add_argument("--isa", help="the ISA path (default: the CPU's best)")
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     parts = [p.strip() for p in args.layers.split(",") if p.strip()]
     print(f"ISA path {isa}, policy {args.policy}, {args.threads} thread(s), batch {args.batch}; "
           f"ratio = {names[0]}'s time / the variant's")
-    for layer in bp.CONV_LAYERS:
+    for layer in CONV_LAYERS:
         if " dw " in layer["label"] or not any(p in layer["label"] for p in parts):
             continue
         case = dict(layer, prim="conv", N=args.batch, policy=args.policy)
@@ -78,13 +79,13 @@ def main(argv=None) -> int:
         for name in names:
             with variant(name):
                 primitive_cache.clear()  # each variant its own primitive
-                sides.append(bp.int8jit_setup(case, "fused", isa, args.threads))
+                sides.append(int8jit_setup(case, "fused", isa, args.threads))
         outs = []
         for side in sides:
             side.call()
             outs.append(side.out.copy())
         same = all(np.array_equal(o, outs[0]) for o in outs[1:])
-        timed = measure_interleaved({i: side.call for i, side in enumerate(sides)}, args.seconds / len(sides))
+        timed = measure_calls({i: side.call for i, side in enumerate(sides)}, args.seconds / len(sides))
         best = [timed[i][0] for i in range(len(sides))]
         cells = " ".join(f"{n}={b * 1e3:.3f}ms({best[0] / b:.3f})" for n, b in zip(names, best))
         print(f"{layer['label']:28s} {cells}" + ("" if same else "  OUTPUTS DIFFER"), flush=True)

@@ -180,7 +180,7 @@ def _layers(say, runnable) -> int:
     from primitives.matmul import MatmulDesc
     from primitives.memory import desc
     from primitives.reference import gemm_sum, output_pipeline
-    from tools.bench_primitives import trained_weights
+    from tools.bench_problems import trained_weights
 
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (1, 16, 9, 9)).astype(np.uint8)

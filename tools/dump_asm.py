@@ -137,7 +137,7 @@ def _gemm(args, isa: str):
     M, N, K = args.m, args.n, args.k
     rng = np.random.default_rng(0)
     if args.weights == "trained":
-        from tools.bench_primitives import trained_weights
+        from tools.bench_problems import trained_weights
 
         b = trained_weights(rng, (K, N), axis=1)
     else:

@@ -1,0 +1,272 @@
+"""What ``int8jit-bench matmul / ip / conv / pool`` runs: the problems (BERT-base's and
+ResNet-50's shapes, MobileNet-v2's depthwise layers, pooling), the command line's choice
+among them, and their operands, the same values on every side and in every process.
+
+>>> from tools.bench_problems import CONV_LAYERS, conv_out, ops
+>>> case = dict(CONV_LAYERS[2], prim="conv", N=1)
+>>> case["label"], conv_out(case), ops(case)
+('res2 3x3 64->64', (56, 56), 231211008)
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+def _fc(label, M, N, K):
+    return {"label": label, "M": M, "N": N, "K": K}
+
+
+GEMM_SHAPES = [
+    _fc("BERT-128 qkv/out", 128, 768, 768), _fc("BERT-128 ffn1", 128, 3072, 768),
+    _fc("BERT-128 ffn2", 128, 768, 3072), _fc("BERT-384 qkv/out", 384, 768, 768),
+    _fc("BERT-384 ffn1", 384, 3072, 768), _fc("BERT-384 ffn2", 384, 768, 3072),
+    _fc("64x4096x4096", 64, 4096, 4096), _fc("RN50 fc b1", 1, 1000, 2048),
+    _fc("RN50 fc b32", 32, 1000, 2048),
+]
+GEMM_QUICK = ["BERT-128 qkv/out", "BERT-384 ffn1", "64x4096x4096", "RN50 fc b1"]
+
+
+def _conv(label, ic, hw, oc, k, s, groups=1):
+    return {"label": label, "IC": ic, "IH": hw, "IW": hw, "OC": oc, "KH": k, "KW": k, "S": s,
+            "P": (k - 1) // 2 if k > 1 else 0, "G": groups}
+
+
+CONV_LAYERS = [
+    _conv("stem 7x7/2 3->64", 3, 224, 64, 7, 2),
+    _conv("res2 1x1 64->64", 64, 56, 64, 1, 1),
+    _conv("res2 3x3 64->64", 64, 56, 64, 3, 1),
+    _conv("res2 1x1 64->256", 64, 56, 256, 1, 1),
+    _conv("res2 1x1 256->64", 256, 56, 64, 1, 1),
+    _conv("res3 1x1 256->128", 256, 56, 128, 1, 1),
+    _conv("res3 3x3/2 128->128", 128, 56, 128, 3, 2),
+    _conv("res3 1x1 128->512", 128, 28, 512, 1, 1),
+    _conv("res3 proj 1x1/2 256->512", 256, 56, 512, 1, 2),
+    _conv("res3 1x1 512->128", 512, 28, 128, 1, 1),
+    _conv("res3 3x3 128->128", 128, 28, 128, 3, 1),
+    _conv("res4 1x1 512->256", 512, 28, 256, 1, 1),
+    _conv("res4 3x3/2 256->256", 256, 28, 256, 3, 2),
+    _conv("res4 1x1 256->1024", 256, 14, 1024, 1, 1),
+    _conv("res4 proj 1x1/2 512->1024", 512, 28, 1024, 1, 2),
+    _conv("res4 1x1 1024->256", 1024, 14, 256, 1, 1),
+    _conv("res4 3x3 256->256", 256, 14, 256, 3, 1),
+    _conv("res5 1x1 1024->512", 1024, 14, 512, 1, 1),
+    _conv("res5 3x3/2 512->512", 512, 14, 512, 3, 2),
+    _conv("res5 1x1 512->2048", 512, 7, 2048, 1, 1),
+    _conv("res5 proj 1x1/2 1024->2048", 1024, 14, 2048, 1, 2),
+    _conv("res5 1x1 2048->512", 2048, 7, 512, 1, 1),
+    _conv("res5 3x3 512->512", 512, 7, 512, 3, 1),
+] + [
+    _conv(f"mbv2 dw 3x3{'/2' if s == 2 else ''} {c}@{hw}", c, hw, c, 3, s, groups=c)
+    for c, hw, s in [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1),
+                     (192, 28, 2), (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1)]
+]
+# A BERT-base encoder layer's int8 linears, in order: the query, key, value and output
+# projections (768->768 each), then the feed-forward pair; the model runs 12 such layers.
+BERT_LAYER = ["qkv/out"] * 4 + ["ffn1", "ffn2"]
+# ResNet-50 (v1.5) as a network runs its 53 convolutions: the stem, then each stage's
+# first block (with its projection, here after the block's three) and its other blocks.
+RESNET50_SEQUENCE = (
+    ["stem 7x7/2 3->64"]
+    + ["res2 1x1 64->64", "res2 3x3 64->64", "res2 1x1 64->256", "res2 1x1 64->256"]
+    + ["res2 1x1 256->64", "res2 3x3 64->64", "res2 1x1 64->256"] * 2
+    + ["res3 1x1 256->128", "res3 3x3/2 128->128", "res3 1x1 128->512", "res3 proj 1x1/2 256->512"]
+    + ["res3 1x1 512->128", "res3 3x3 128->128", "res3 1x1 128->512"] * 3
+    + ["res4 1x1 512->256", "res4 3x3/2 256->256", "res4 1x1 256->1024", "res4 proj 1x1/2 512->1024"]
+    + ["res4 1x1 1024->256", "res4 3x3 256->256", "res4 1x1 256->1024"] * 5
+    + ["res5 1x1 1024->512", "res5 3x3/2 512->512", "res5 1x1 512->2048", "res5 proj 1x1/2 1024->2048"]
+    + ["res5 1x1 2048->512", "res5 3x3 512->512", "res5 1x1 512->2048"] * 2
+)
+CONV_QUICK = ["stem 7x7/2 3->64", "res2 3x3 64->64", "res2 1x1 256->64", "res4 proj 1x1/2 512->1024",
+              "res5 3x3 512->512", "mbv2 dw 3x3 144@56", "mbv2 dw 3x3/2 576@14"]
+
+
+def _pool(label, alg, n, c, hw, k, s, p):
+    return {"label": label, "alg": alg, "N": n, "C": c, "H": hw, "W": hw, "K": k, "S": s, "P": p}
+
+
+POOL_CASES = [
+    _pool("max 3x3/2 64x112x112 b1", "max", 1, 64, 112, 3, 2, 1),
+    _pool("max 3x3/2 64x112x112 b8", "max", 8, 64, 112, 3, 2, 1),
+    _pool("avg_incl 3x3/2 64x112x112", "avg_include_padding", 1, 64, 112, 3, 2, 1),
+    _pool("avg_excl 3x3/2 64x112x112", "avg_exclude_padding", 1, 64, 112, 3, 2, 1),
+    _pool("global avg 7x7 2048 b1", "avg_exclude_padding", 1, 2048, 7, 7, 1, 0),
+    _pool("global avg 7x7 2048 b8", "avg_exclude_padding", 8, 2048, 7, 7, 1, 0),
+]
+POOL_QUICK = ["max 3x3/2 64x112x112 b1", "avg_excl 3x3/2 64x112x112", "global avg 7x7 2048 b1"]
+
+
+def conv_out(case) -> tuple[int, int]:
+    oh = (case["IH"] + 2 * case["P"] - case["KH"]) // case["S"] + 1
+    ow = (case["IW"] + 2 * case["P"] - case["KW"]) // case["S"] + 1
+    return oh, ow
+
+
+def pool_out(case) -> tuple[int, int]:
+    return tuple((case[d] + 2 * case["P"] - case["K"]) // case["S"] + 1 for d in ("H", "W"))
+
+
+def ops(case) -> int:
+    """2 x multiply-adds of a problem (0 for pooling: it is reported in bytes)."""
+    if case["prim"] in ("matmul", "ip"):
+        return 2 * case["M"] * case["N"] * case["K"]
+    if case["prim"] == "conv":
+        oh, ow = conv_out(case)
+        return 2 * case["N"] * oh * ow * case["OC"] * (case["IC"] // case["G"]) * case["KH"] * case["KW"]
+    return 0
+
+
+def pool_bytes(case) -> int:
+    oh, ow = pool_out(case)
+    return case["N"] * case["C"] * (case["H"] * case["W"] + oh * ow)
+
+
+# ------------------------------------------------------------------ the command line's choice
+
+def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
+    """The chains ``--chain`` times: the selected layers in order (per policy, and per
+    batch for conv), or by default a network's, per policy asked for: ResNet-50's 53
+    convolutions, BERT-base's 72 linears."""
+    weights = getattr(args, "weights", "uniform")
+    named = lambda what, p: what + ("" if p == "exact" else f", {p}") + (  # noqa: E731
+        "" if weights == "uniform" else f", {weights} weights")
+    if bench == "conv" and not args.layers:
+        by = {c["label"]: c for c in CONV_LAYERS}
+        return [(named(f"ResNet-50 convolutions, batch {n}", p),
+                 [with_policy(dict(by[label], prim="conv", N=n), p, weights) for label in RESNET50_SEQUENCE])
+                for p in policies(bench, args) for n in sorted({c["N"] for c in problems})]
+    if bench != "conv" and not args.shapes:
+        by = {c["label"]: c for c in GEMM_SHAPES}
+        return [(named(f"BERT-base linears, {t} tokens", p),
+                 [with_policy(dict(by[f"BERT-{t} {part}"], prim=bench), p, weights) for part in BERT_LAYER]
+                 * 12)
+                for p in policies(bench, args) for t in (128, 384)]
+    groups: dict[tuple, list] = {}
+    for c in problems:
+        groups.setdefault((c.get("policy", "exact"), c["N"] if bench == "conv" else None), []).append(c)
+    return [(named(f"{len(cases)} layers, batch {n}" if bench == "conv" else f"{len(cases)} products", p), cases)
+            for (p, n), cases in groups.items()]
+
+
+def policies(bench, args) -> list[str]:
+    """The overflow policies ``--policy`` names (default: exact alone)."""
+    from primitives.attr import POLICIES
+
+    known = POLICIES if bench == "conv" else tuple(p for p in POLICIES if p != "halve_weights")
+    wanted = [p.strip() for p in (getattr(args, "policy", None) or "exact").split(",") if p.strip()]
+    bad = [p for p in wanted if p not in known]
+    if bad or not wanted:
+        raise SystemExit(f"--policy: unknown {bad}; expected some of {', '.join(known)}")
+    return wanted
+
+
+def with_policy(case: dict, policy: str, weights: str = "uniform") -> dict:
+    """``case`` run under int8jit's ``policy`` on ``weights`` (matmul, ip): labelled with
+    each unless it is the default (exact, uniform)."""
+    tags = ([] if policy == "exact" else [policy]) + ([] if weights == "uniform" else [f"{weights} weights"])
+    label = case["label"] + (f" [{', '.join(tags)}]" if tags else "")
+    return dict(case, policy=policy, label=label, **({} if weights == "uniform" else {"weights": weights}))
+
+
+def _select(items, wanted, what):
+    if not wanted:
+        return items
+    names = [w.strip() for w in wanted.split(",") if w.strip()]
+    by = {c["label"]: c for c in items}
+    bad = [n for n in names if n not in by]
+    if bad:
+        raise SystemExit(f"unknown {what} {bad}; expected some of: {'; '.join(by)}")
+    return [by[n] for n in names]
+
+
+def problems_for(bench, args) -> list[dict]:
+    weights = getattr(args, "weights", "uniform")  # (pool has no --weights)
+    if bench in ("matmul", "ip"):
+        if args.shapes:
+            items = []
+            for text in args.shapes.split(","):
+                try:
+                    M, N, K = (int(x) for x in text.lower().split("x"))
+                except ValueError:
+                    raise SystemExit(f"--shapes: expected MxNxK, got {text!r}") from None
+                items.append(_fc(f"{M}x{N}x{K}", M, N, K))
+        else:
+            items = [c for c in GEMM_SHAPES if not args.quick or c["label"] in GEMM_QUICK]
+        return [with_policy(dict(c, prim=bench), p, weights) for p in policies(bench, args) for c in items]
+    if bench == "conv":
+        items = _select(CONV_LAYERS, args.layers, "layer") if args.layers else \
+            [c for c in CONV_LAYERS if not args.quick or c["label"] in CONV_QUICK]
+        batches = [int(b) for b in args.batch.split(",")] if args.batch else ([1] if args.quick else [1, 8])
+        return [with_policy(dict(c, prim="conv", N=n), p, weights)
+                for p in policies(bench, args) for n in batches for c in items]
+    items = _select(POOL_CASES, args.layers, "case") if args.layers else \
+        [c for c in POOL_CASES if not args.quick or c["label"] in POOL_QUICK]
+    return [dict(c, prim="pool") for c in items]
+
+
+# ------------------------------------------------------------------ operands (the same on every side)
+
+def _rng(case, what):
+    # (the policy is int8jit's choice of computation, not the problem: the same operands)
+    case = {k: v for k, v in case.items() if k != "policy"}
+    key = [ord(c) for c in json.dumps(case, sort_keys=True)][:64] + [what]
+    return np.random.default_rng(key)
+
+
+def trained_weights(rng, shape: tuple, axis: int) -> np.ndarray:
+    """Laplacian values quantized per output channel (``axis``) to +-127, as trained
+    weights are: most small, a few large (on avx2/avx512_core exact splits them into
+    residual cells, see ``--weights``)."""
+    w = rng.laplace(size=shape)
+    others = tuple(i for i in range(len(shape)) if i != axis)
+    return np.round(w * (127 / np.abs(w).max(axis=others, keepdims=True))).astype(np.int8)
+
+
+def _case_weights(case, rng, w: np.ndarray, axis: int) -> tuple[np.ndarray, float]:
+    """The case's weights: ``w`` (uniform over s8), or trained-like ones of its shape
+    under ``--weights trained``; with the standard deviation the scales assume."""
+    if case.get("weights") == "trained":
+        w = trained_weights(rng, w.shape, axis)
+        return w, float(w.std())
+    return w, 74.0
+
+
+def gemm_operands(case):
+    """u8 A (M, K), s8 W (K, N), bias, per-column weight scales, dst scale (src scale 1)."""
+    M, N, K = case["M"], case["N"], case["K"]
+    rng = _rng({k: case[k] for k in ("M", "N", "K")}, 0)
+    A = rng.integers(0, 256, (M, K), dtype=np.uint8)
+    W, w_std = _case_weights(case, rng, rng.integers(-128, 128, (K, N), dtype=np.int16).astype(np.int8), axis=1)
+    # One standard deviation of the product maps to ~1; dst = relu(x) * 60: half the
+    # outputs 0, a few saturated, most in between.
+    wscale = (rng.uniform(0.5, 1.5, N) / (np.sqrt(K) * 74.0 * w_std)).astype(np.float32)
+    bias = rng.normal(0.0, 0.5, N).astype(np.float32)
+    return A, W, bias, wscale, np.float32([1.0 / 60.0])
+
+
+def conv_operands(case):
+    """NHWC u8 src, s8 weights (OC, IC/G, KH, KW) logical, bias, scales."""
+    n, g = case["N"], case["G"]
+    rng = _rng({k: v for k, v in case.items() if k != "label"}, 1)
+    x = rng.integers(0, 256, (n, case["IH"], case["IW"], case["IC"]), dtype=np.uint8)
+    icg = case["IC"] // g
+    w, w_std = _case_weights(case, rng, rng.integers(-128, 128, (case["OC"], icg, case["KH"], case["KW"]),
+                                                     dtype=np.int16).astype(np.int8), axis=0)
+    k = icg * case["KH"] * case["KW"]
+    wscale = (rng.uniform(0.5, 1.5, case["OC"]) / (np.sqrt(k) * 74.0 * w_std)).astype(np.float32)
+    bias = rng.normal(0.0, 0.5, case["OC"]).astype(np.float32)
+    return x, w, bias, wscale, np.float32([1.0 / 60.0])
+
+
+def conv_weight_dims(case):
+    oc, g = case["OC"], case["G"]
+    icg = case["IC"] // g
+    if g == 1:
+        return (oc, icg, case["KH"], case["KW"]), "abcd", 1
+    return (g, oc // g, icg, case["KH"], case["KW"]), "abcde", 3
+
+
+def pool_src(case):
+    # Exactly what primitives.pooling.bench_case draws for seed 0.
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 256, (case["N"], case["H"], case["W"], case["C"]), dtype=np.uint8)
