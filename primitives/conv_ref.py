@@ -20,7 +20,7 @@ import itertools
 
 import numpy as np
 
-from primitives.reference import gemm_sum, wrap_int32
+from primitives.reference import gemm_sum, output_pipeline, wrap_int32
 
 
 def conv_sum(x: np.ndarray, w: np.ndarray, strides, pad_l, pad_r, dilation, zp_src: int = 0, *,
@@ -57,3 +57,49 @@ def conv_sum(x: np.ndarray, w: np.ndarray, strides, pad_l, pad_r, dilation, zp_s
         v = wrap_int32(gemm_sum(a, b, zp_src, 0, faithful))  # (N*prod(O), ocg)
         result[:, g * ocg:(g + 1) * ocg] = np.moveaxis(v.reshape((n,) + tuple(out) + (ocg,)), -1, 1)
     return result
+
+
+# Depthwise convolution (groups = channels), NHWC: the same sums without the im2col,
+# vectorised over channels (the grouped conv_sum loops over 960 groups in Python).
+
+def depthwise_sums(x_nhwc: np.ndarray, w: np.ndarray, zp_src: int = 0, strides=(1, 1), padding_l=(0, 0),
+                   padding_r=(0, 0), dilation=(0, 0)) -> np.ndarray:
+    """The exact sums ``sum (x - zp_src) * w`` (int64) in NHWC, padded taps contributing 0.
+
+    ``x_nhwc``: (N, H, W, C) u8/s8; ``w``: (C, KH, KW) (or (C, 1, 1, KH, KW)) s8.
+    """
+    n, ih, iw, c = x_nhwc.shape
+    w = np.asarray(w).reshape(c, w.shape[-2], w.shape[-1]).astype(np.int64)
+    kh, kw = w.shape[1:]
+    (sh, sw), (pt, pl), (pb, pr) = strides, padding_l, padding_r
+    dh, dw = dilation[0] + 1, dilation[1] + 1
+    oh = (ih + pt + pb - ((kh - 1) * dh + 1)) // sh + 1
+    ow = (iw + pl + pr - ((kw - 1) * dw + 1)) // sw + 1
+    # padded with zp, so padding contributes (zp - zp) * w = 0
+    xp = np.full((n, ih + pt + pb, iw + pl + pr, c), zp_src, np.int64)
+    xp[:, pt:pt + ih, pl:pl + iw] = x_nhwc
+    xp -= zp_src
+    out = np.zeros((n, oh, ow, c), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw]
+            out += patch * w[:, i, j]
+    return out
+
+
+def depthwise_ref(x_nhwc, w, *, zp_src=0, strides=(1, 1), padding_l=(0, 0), padding_r=(0, 0), dilation=(0, 0),
+                  dst_dt="s32", plain=False, **pipeline) -> np.ndarray:
+    """The whole primitive in numpy: :func:`depthwise_sums`, wrapped to int32, then
+    ``primitives.reference.output_pipeline`` on the (N*OH*OW, C) matrix of sums.
+
+    ``pipeline``: scale, bias, post_ops, dst_old, dst_scale, dst_zp as ``output_pipeline``
+    takes them, broadcast against (pixels, C); ``plain``: the integer-mode result.
+    """
+    sums = depthwise_sums(x_nhwc, w, zp_src, strides, padding_l, padding_r, dilation)
+    shape = sums.shape
+    v = wrap_int32(sums.reshape(-1, shape[-1]))
+    if plain:
+        return v.reshape(shape)
+    if pipeline.get("dst_old") is not None:
+        pipeline["dst_old"] = np.asarray(pipeline["dst_old"]).reshape(-1, shape[-1])
+    return output_pipeline(v, dst_dt=dst_dt, **pipeline).reshape(shape)

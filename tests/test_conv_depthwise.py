@@ -1,6 +1,6 @@
 """Depthwise convolution: bit-exact against the numpy model on every executable ISA path.
 
-The model (``primitives.conv_depthwise.depthwise_ref``): the exact sums
+The model (``primitives.conv_ref.depthwise_ref``): the exact sums
 ``sum (x - zp_src) * w`` in int64 over the valid taps (padding contributes nothing),
 wrapped to int32, then ``primitives.reference.output_pipeline`` on the (pixels x
 channels) matrix: the same f32 operations in the same order as the generated output
@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from primitives.attr import Attr, PostOps
-from primitives.conv_depthwise import DepthwiseConvDesc, depthwise_ref, depthwise_sums
+from primitives.conv_depthwise import DepthwiseConvDesc
+from primitives.conv_ref import conv_sum, depthwise_ref, depthwise_sums
 from primitives.memory import Memory, desc
 from primitives.reorder import reorder_desc
 
@@ -164,6 +165,22 @@ def test_matches_model(isa_path, p):
 
 BASE = dict(N=1, C=37, H=9, W=11, k=(3, 3), dil=(0, 0), pl=(1, 1), pr=(1, 1), strides=(1, 1), zp=0, seed=1,
             threads=1, policy="exact")
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=problems())
+def test_model_agrees_with_the_grouped_convolution_model(p):
+    """The depthwise model (vectorised over channels, taps skipped outside the image) and
+    conv_ref.conv_sum (im2col per group, the padding holding the zero point): two ways to
+    the same exact sums."""
+    rng = np.random.default_rng(p["seed"])
+    x = _rand(rng, PROFILES[p["profile"]]["src"], (p["N"], p["H"], p["W"], p["C"]))
+    w = _rand(rng, "s8", (p["C"], 1, 1) + p["k"])
+    info = np.iinfo(x.dtype)  # conv_sum pads with the zero point in the source's type
+    zp = int(np.clip(p["zp"] if x.dtype == np.uint8 else p["zp"] - 140, info.min, info.max))
+    got = depthwise_sums(x, w, zp, p["strides"], p["pl"], p["pr"], p["dil"])
+    want = conv_sum(np.moveaxis(x, -1, 1), w, p["strides"], p["pl"], p["pr"], p["dil"], zp)
+    np.testing.assert_array_equal(got, np.moveaxis(want, 1, -1))
 
 
 @pytest.mark.parametrize("zp", [-32512, 32640, 32641, 40000, -70000, 2**31 - 1, -2**31])

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from primitives.attr import Attr
-from primitives.conv_depthwise import DepthwiseConvDesc, depthwise_ref
+from primitives.conv_depthwise import DepthwiseConvDesc
+from primitives.conv_ref import depthwise_ref
 from primitives.memory import desc
 
 @pytest.mark.parametrize("geo", [

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from primitives.attr import Attr, PostOps
-from primitives.conv_depthwise import DepthwiseConvDesc, depthwise_ref
+from primitives.conv_depthwise import DepthwiseConvDesc
+from primitives.conv_ref import depthwise_ref
 from primitives.memory import Memory, desc
 from primitives.reorder import reorder_desc
 from tests.conftest import check_dst_changed_in_place, set_in_place

@@ -17,8 +17,7 @@ from jit.output import (BinaryOp, EltwiseOp, OutputSpec, SumOp, assume_dst_param
                         needs_lower_clamp)
 from primitives.attr import Attr, PostOps
 from primitives.conv import ConvolutionDesc
-from primitives.conv_depthwise import depthwise_ref
-from primitives.conv_ref import conv_sum
+from primitives.conv_ref import conv_sum, depthwise_ref
 from primitives.matmul import MatmulDesc
 from primitives.memory import desc
 from primitives.reference import gemm_sum, output_pipeline
