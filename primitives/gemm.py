@@ -92,14 +92,15 @@ def decide(isa: str, policy: str, b_kn: np.ndarray | None, n: int | None = None,
         return Choice(fast, nr, "exact: decided when the weights are packed: VPMADDUBSW where every column "
                                 "pair is proven safe (opposite signs, or 255*(|w0|+|w1|) <= 32767) or few "
                                 "are not (residual cells), else the widening VPMADDWD path", residual=True)
-    if unsafe is None:
-        unsafe = unsafe_pairs(b_kn)
     if proof is None:
+        unsafe = unsafe_pairs(b_kn) if unsafe is None else unsafe
         proof = saturation_proof(b_kn, unsafe)
     safe, total = proof
     if safe == total:
         return Choice(fast, nr, f"exact: all {total} column pairs proven safe (opposite signs, or "
                                 "255*(|w0|+|w1|) <= 32767), fast VPMADDUBSW path", residual=True)
+    if unsafe is None:  # (a proof without its pairs: only weights that fail it need them)
+        unsafe = unsafe_pairs(b_kn)
     cells, share = cell_share(unsafe, fast.lanes)
     if share <= SPLIT_MAX_SHARE:
         return Choice(fast, nr, f"exact: {safe} of {total} column pairs proven safe; the rest are split, "

@@ -151,6 +151,11 @@ def test_split_up_to_the_share_then_widen(isa):
         assert choice.path.kind == kind, choice.reason
         assert choice.residual == (kind == "maddubsw")
         assert decide(isa, "faithful", b).residual is False
+        # The caller's proof and pairs decide alike; a proof of all pairs safe needs no pairs.
+        pairs = unsafe_pairs(b)
+        assert decide(isa, "exact", b, proof=saturation_proof(b, pairs), unsafe=pairs) == choice
+        if not unsafe:
+            assert decide(isa, "exact", None, N, proof=saturation_proof(b)) == choice
 
 
 @pytest.mark.parametrize("isa", isa_params())
