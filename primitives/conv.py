@@ -348,9 +348,8 @@ class ConvolutionDesc(PrimitiveDesc):
 
     def impl_info(self) -> dict:
         kspec = self._kernel_for(self.fast).meta["kspec"]
-        exact = self.fast.path.kind == "vnni" or (self.attr.policy == "exact")
         return {"kind": self.kind, "impl": f"brgemm:{kspec.path.isa}:{kspec.path.kind}", "isa": self.isa,
-                "policy": self.attr.policy, "exact": exact and not self.halve,
+                "policy": self.attr.policy, "exact": self.fast.exact_under(self.attr.policy) and not self.halve,
                 "decision": ("halve_weights: weights * 0.5 and the result * 2 (inexact), fast VPMADDUBSW path"
                              if self.halve else self.fast.reason),
                 "kernel": kspec.name, "tile": (kspec.mr, kspec.nr), "geometry": self.geometry,

@@ -61,6 +61,11 @@ class Choice:
     reason: str
     residual: bool = False  # the kernel adds split weights' residual cells (gemm_pack)
 
+    def exact_under(self, policy: str) -> bool:
+        """Whether the results are exact: the path is (VPDPBUSD, widening), or ``exact``
+        made them so on VPMADDUBSW (every pair proven safe, or the rest split into cells)."""
+        return self.path.exact or policy == "exact"
+
 
 def tile_vectors(path: Path, n: int) -> int:
     """Vectors per column tile for ``n`` columns: 4 (AVX-512) or 2 (AVX2), fewer for small n."""
@@ -372,9 +377,7 @@ class Gemm:
         info = {
             "primitive": "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32",
             "isa": self.isa, "path": choice.path.kind, "policy": self.policy,
-            # Whether the results are exact: the path is, or the exact policy made it so
-            # (pairs proven safe, split into cells, or widened), as conv's impl_info says.
-            "exact": choice.path.exact or self.policy == "exact", "decision": choice.reason,
+            "exact": choice.exact_under(self.policy), "decision": choice.reason,
             "tile_n": choice.nr * choice.path.lanes, "threads": self.threads,
             "shape": (self.M, self.N, self.K),
         }

@@ -185,7 +185,7 @@ class _GemmBasedDesc(PrimitiveDesc):
     def impl_info(self) -> dict:
         kspec = self._kernel_for(self.fast).meta["kspec"]
         return {"kind": self.kind, "impl": f"gemm:{kspec.path.isa}:{kspec.path.kind}", "isa": self.isa,
-                "policy": self.attr.policy, "exact": self.fast.path.exact or self.attr.policy == "exact",
+                "policy": self.attr.policy, "exact": self.fast.exact_under(self.attr.policy),
                 "decision": self.fast.reason, "kernel": kspec.name,
                 "tile": (kspec.mr, kspec.nr), "shape": (self.batch, self.M, self.N, self.K),
                 "output": self.output, "kernels": [self._kernel_for(c).meta["kspec"].name for c in self._choices]}
