@@ -70,7 +70,6 @@ from primitives.checks import check_disjoint
 from primitives.pipeline import dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, keyed_slot, slot_key
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
-from primitives.conv_ref import depthwise_sums
 from primitives.reference import wrap_int32
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
@@ -828,62 +827,4 @@ def depthwise_conv_desc(*args, **kwargs) -> DepthwiseConvDesc:
     return DepthwiseConvDesc(*args, **kwargs)
 
 
-# ----------------------------------------------------------------------------- benchmark
-
-MOBILENET_V2_LAYERS = (
-    # (C, H, W, stride): the 3x3 depthwise layers of MobileNet-v2 at 224x224
-    (32, 112, 112, 1), (96, 112, 112, 2), (144, 56, 56, 1), (144, 56, 56, 2), (192, 28, 28, 1),
-    (192, 28, 28, 2), (384, 14, 14, 1), (576, 14, 14, 1), (576, 14, 14, 2), (960, 7, 7, 1),
-)
-
-
-def bench_case(n: int = 1, c: int = 32, h: int = 112, w: int = 112, kernel: int = 3, stride: int = 1,
-               padding: int | None = None, src_dt: str = "u8", dst_dt: str = "u8", isa: str | None = None,
-               threads: int = 1, quantized: bool = True, dst_scale: bool = False, seed: int = 0):
-    """A ready-to-time depthwise convolution: ``(run, ops, numpy_run)``.
-
-    ``run()`` executes the primitive once (NHWC, with ``quantized``: f32 bias, per-channel
-    scales, relu and a u8 dst, as MobileNet-v2 runs it; the dst scale is folded into the
-    per-channel scales, since the output stage divides by a dst scale (VDIVPS), which
-    costs more than the rest of its work here; ``dst_scale=True`` adds one); without:
-    the plain s32 sums. ``ops`` = 2*N*C*OH*OW*KH*KW;
-    ``numpy_run()`` computes the plain sums with :func:`primitives.conv_ref.depthwise_sums`.
-    """
-    from primitives.attr import Attr, PostOps
-
-    rng = np.random.default_rng(seed)
-    pad = kernel // 2 if padding is None else padding
-    oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
-    dtype = np.uint8 if src_dt == "u8" else np.int8
-    info = np.iinfo(dtype)
-    x = rng.integers(info.min, info.max + 1, (n, h, w, c)).astype(dtype)
-    wei = rng.integers(-128, 128, (c, 1, 1, kernel, kernel)).astype(np.int8)
-    attr, bias_md, args = None, None, {}
-    if quantized:
-        attr = Attr(scales={"src": 0, "weights": 1, **({"dst": 0} if dst_scale else {})}).set_post_ops(
-            PostOps().eltwise("relu"))
-        bias_md = desc((c,), "f32", "a")
-        args = {"bias": rng.normal(0, 100, c).astype(np.float32), "scales:src": np.float32([0.02]),
-                "scales:weights": rng.uniform(0.001, 0.01, c).astype(np.float32)}
-        if dst_scale:
-            args["scales:dst"] = np.float32([0.5])
-    else:
-        dst_dt = "s32"
-    pd = DepthwiseConvDesc(desc((n, c, h, w), src_dt, "nhwc"), desc((c, 1, 1, kernel, kernel), "s8", "goihw"),
-                           desc((n, c, oh, ow), dst_dt, "nhwc"), bias_md, strides=(stride, stride),
-                           padding_l=(pad, pad), padding_r=(pad, pad), attr=attr, isa=isa, threads=threads)
-    prim = pd.create()
-    y = np.zeros((n, oh, ow, c), {"u8": np.uint8, "s8": np.int8, "s32": np.int32, "f32": np.float32}[dst_dt])
-    args.update(src=x, weights=wei, dst=y)
-
-    def run():
-        prim.execute(args)
-
-    def numpy_run():
-        return depthwise_sums(x, wei, 0, (stride, stride), (pad, pad), (pad, pad))
-
-    return run, 2 * n * c * oh * ow * kernel * kernel, numpy_run
-
-
-__all__ = ["DepthwiseConvDesc", "DepthwiseConv", "DwWeightsLayout", "depthwise_conv_desc", "bench_case",
-           "MOBILENET_V2_LAYERS", "pack_into"]
+__all__ = ["DepthwiseConvDesc", "DepthwiseConv", "DwWeightsLayout", "depthwise_conv_desc", "pack_into"]
