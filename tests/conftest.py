@@ -128,6 +128,14 @@ def _emulated_path(request, monkeypatch):
     primitive_cache.clear()
 
 
+def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    """Bit-exact equality: f32 arrays compared as their int32 bit patterns (so -0.0 is
+    not 0.0 and NaNs compare), any other type as it is."""
+    def bits(a):
+        return a.view(np.int32) if a.dtype == np.float32 else a
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
 def faithful_model(policy: str, isa: str) -> bool:
     """Whether the reference must model the saturating VPMADDUBSW pairing."""
     return policy == "faithful" and not isa.endswith("vnni")

@@ -14,7 +14,7 @@ from primitives.reference import output_pipeline
 from runtime.ffi import ffi
 from runtime.isa import LADDER
 from primitives.reorder import reorder_desc
-from tests.conftest import faithful_model
+from tests.conftest import assert_same_bits, faithful_model
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 NP = {"u8": np.uint8, "s8": np.int8, "s32": np.int32, "f32": np.float32}
@@ -172,8 +172,7 @@ def run_case(p, isa):
 @given(p=problems())
 def test_conv_matches_model(isa_path, p):
     got, want = run_case(p, isa_path)
-    f32 = got.dtype == np.float32
-    np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
+    assert_same_bits(got, want)
 
 
 @st.composite
@@ -221,8 +220,7 @@ def test_wide_conv_matches_model(isa_path, p):
         got, want = run_case(p, isa_path)
     finally:
         blocking.L1_BUDGET, blocking.L2_BUDGET = saved
-    f32 = got.dtype == np.float32
-    np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
+    assert_same_bits(got, want)
 
 
 def test_resnet_3x3_block(isa_path):

@@ -23,6 +23,7 @@ from primitives.conv_depthwise import DepthwiseConvDesc
 from primitives.conv_ref import conv_sum, depthwise_ref, depthwise_sums
 from primitives.memory import Memory, desc
 from primitives.reorder import reorder_desc
+from tests.conftest import assert_same_bits
 
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 NP = {"u8": np.uint8, "s8": np.int8, "s32": np.int32, "f32": np.float32}
@@ -152,15 +153,11 @@ def run_case(p, isa, weights_tag="goihw", zp_value=None):
     return dst, want, pd
 
 
-def _bits(a):
-    return a.view(np.int32) if a.dtype == np.float32 else a
-
-
 @SETTINGS
 @given(p=problems())
 def test_matches_model(isa_path, p):
     dst, want, _ = run_case(p, isa_path)
-    np.testing.assert_array_equal(_bits(dst), _bits(want))
+    assert_same_bits(dst, want)
 
 
 BASE = dict(N=1, C=37, H=9, W=11, k=(3, 3), dil=(0, 0), pl=(1, 1), pr=(1, 1), strides=(1, 1), zp=0, seed=1,

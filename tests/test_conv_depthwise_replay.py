@@ -12,7 +12,7 @@ from primitives.conv_depthwise import DepthwiseConvDesc
 from primitives.conv_ref import depthwise_ref
 from primitives.memory import Memory, desc
 from primitives.reorder import reorder_desc
-from tests.conftest import check_dst_changed_in_place, set_in_place
+from tests.conftest import assert_same_bits, check_dst_changed_in_place, set_in_place
 
 
 def _layer(c=37, hw=9, stride=1, threads=1, packed=True, binary=False, zp=0, isa=None):
@@ -215,7 +215,7 @@ def test_two_chunks_every_profile(isa_path, profile, monkeypatch):
         for n, stride in ((2, (1, 1)), (1, (2, 1))):
             p = dict(base.BASE, profile=profile, N=n, threads=2, C=37, strides=stride)
             dst, want, _ = base.run_case(p, isa_path)
-            np.testing.assert_array_equal(base._bits(dst), base._bits(want))
+            assert_same_bits(dst, want)
     finally:
         primitive_cache.clear()
 

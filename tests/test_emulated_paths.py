@@ -19,6 +19,7 @@ from primitives import reference
 from primitives.gemm import Gemm
 from primitives.memory import desc
 from runtime import isa as isa_mod
+from tests.conftest import ALL_ISAS as PATHS, assert_same_bits
 from tests.emulator import emulation_switch
 from tests import test_gemm as gemm_tests
 from tests import test_gemm_split as split
@@ -30,7 +31,6 @@ from tests import test_matmul as matmul
 from tests.test_conv import strips_always  # noqa: F401 (a fixture of the edge-strip test below)
 from tests.test_matmul import _run, problems
 
-PATHS = ["avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"]
 EMULATED = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -60,25 +60,6 @@ GEMM_CASES = [("split", "u8", 7, 40, 70), ("split", "s8", 3, 24, 64), ("split", 
               ("uniform", "u8", 5, 17, 13), ("uniform", "s8", 9, 33, 29), ("split", "u8", 1, 9, 6)]
 
 
-@pytest.mark.parametrize("case", GEMM_CASES)
-@pytest.mark.parametrize("policy", ["exact", "faithful"])
-def test_emulator_writes_what_the_cpu_writes(emulated, case, policy):
-    """The AVX2 kernels, native and emulated: the same bytes (VPMADDUBSW's saturation,
-    the residual cells, widening, s8 sources)."""
-    if not isa_mod.cpu_supports("avx2"):
-        pytest.skip("the CPU lacks AVX2: nothing native to compare the emulator with")
-    kind, a_type, M, N, K = case
-    A, B = _gemm_case(np.random.default_rng([M, N, K]), kind, a_type, M, N, K)
-    g = Gemm(M, N, K, a_type=a_type, B=B, policy=policy, isa="avx2", threads=1)
-    out = []
-    for on in (False, True):
-        emulated(on)
-        C = np.zeros((M, N), np.int32)
-        g.execute(A, C)
-        out.append(C)
-    np.testing.assert_array_equal(out[1], out[0])
-
-
 def _native_then_emulated(emulated, run) -> None:
     """``run()``'s output natively and emulated, on the AVX2 path: the same bytes."""
     if not isa_mod.cpu_supports("avx2"):
@@ -88,6 +69,22 @@ def _native_then_emulated(emulated, run) -> None:
         emulated(on)
         out.append(np.ascontiguousarray(run()))
     np.testing.assert_array_equal(out[1].view(np.uint8), out[0].view(np.uint8))
+
+
+@pytest.mark.parametrize("case", GEMM_CASES)
+@pytest.mark.parametrize("policy", ["exact", "faithful"])
+def test_emulator_writes_what_the_cpu_writes(emulated, case, policy):
+    """The AVX2 kernels, native and emulated: the same bytes (VPMADDUBSW's saturation,
+    the residual cells, widening, s8 sources)."""
+    kind, a_type, M, N, K = case
+    A, B = _gemm_case(np.random.default_rng([M, N, K]), kind, a_type, M, N, K)
+    g = Gemm(M, N, K, a_type=a_type, B=B, policy=policy, isa="avx2", threads=1)
+
+    def run():
+        C = np.zeros((M, N), np.int32)
+        g.execute(A, C)
+        return C
+    _native_then_emulated(emulated, run)
 
 
 @EMULATED
@@ -163,8 +160,7 @@ def test_matmul_every_path_emulated(emulated, isa, p):
     on the paths this CPU may lack."""
     p.update(M=min(p["M"], 12), K=min(p["K"], 70), N=min(p["N"], 40))  # emulation is slow
     dst, want = _run(p, isa)
-    np.testing.assert_array_equal(dst.view(np.int32) if dst.dtype == np.float32 else dst,
-                                  want.view(np.int32) if want.dtype == np.float32 else want)
+    assert_same_bits(dst, want)
 
 
 @pytest.mark.parametrize("isa", ["avx512_core", "avx2_vnni"])
@@ -183,8 +179,7 @@ def test_convolution_every_path_emulated(emulated, isa, p):
     post-ops, policies, split weights) on the paths this CPU may lack."""
     assume(not (p["groups"] > 1 and p["icg"] == p["ocg"] == 1))  # depthwise calls its kernel directly
     got, want = conv.run_case(p, isa)
-    f32 = got.dtype == np.float32
-    np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
+    assert_same_bits(got, want)
 
 
 @pytest.mark.parametrize("isa", PATHS[1:])
@@ -194,7 +189,7 @@ def test_depthwise_every_path_emulated(emulated, isa, p):
     """test_conv_depthwise's property test (its own kernel, exact under every policy)."""
     p.update(N=min(p["N"], 2), C=min(p["C"], 40))  # emulation is slow
     dst, want, _ = depthwise.run_case(p, isa)
-    np.testing.assert_array_equal(depthwise._bits(dst), depthwise._bits(want))
+    assert_same_bits(dst, want)
 
 
 @pytest.mark.parametrize("isa", PATHS[1:])
@@ -242,8 +237,7 @@ def test_wide_convolution_avx512_emulated(emulated, isa, p, monkeypatch):
     monkeypatch.setattr(blocking, "L1_BUDGET", budgets[0])
     monkeypatch.setattr(blocking, "L2_BUDGET", budgets[1])
     got, want = conv.run_case(p, isa)
-    f32 = got.dtype == np.float32
-    np.testing.assert_array_equal(got.view(np.int32) if f32 else got, want.view(np.int32) if f32 else want)
+    assert_same_bits(got, want)
 
 
 @pytest.mark.parametrize("isa", PATHS[1:])

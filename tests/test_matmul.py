@@ -17,7 +17,7 @@ from primitives.matmul import InnerProductDesc, MatmulDesc
 from primitives.memory import Memory, desc
 from primitives.reference import gemm_sum, output_pipeline, wrap_int32
 from primitives.reorder import reorder_desc
-from tests.conftest import faithful_model
+from tests.conftest import assert_same_bits, faithful_model
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 ELTWISE = [("relu", 0.0, 0.0), ("relu", 0.25, 0.0), ("clip", -3.0, 40.0), ("linear", 0.5, 2.0), ("abs", 0, 0),
@@ -142,8 +142,7 @@ def _run(p, isa):
 @given(p=problems())
 def test_matmul_matches_model(isa_path, p):
     dst, want = _run(p, isa_path)
-    np.testing.assert_array_equal(dst.view(np.int32) if dst.dtype == np.float32 else dst,
-                                  want.view(np.int32) if want.dtype == np.float32 else want)
+    assert_same_bits(dst, want)
 
 
 @st.composite
@@ -159,8 +158,7 @@ def wide_problems(draw):
 @given(p=wide_problems())
 def test_wide_matmul_matches_model(isa_path, p):
     dst, want = _run(p, isa_path)
-    np.testing.assert_array_equal(dst.view(np.int32) if dst.dtype == np.float32 else dst,
-                                  want.view(np.int32) if want.dtype == np.float32 else want)
+    assert_same_bits(dst, want)
 
 
 @pytest.mark.parametrize("dst_dt", list(NP))
@@ -175,8 +173,7 @@ def test_whole_column_tiles_match_model(isa_path, dst_dt):
         p = dict(M=7, K=37, N=48, src_dt="u8", dst_dt=dst_dt, s_src=0.5, wmask=2, bias="f32", zp_src=3, zp_dst=2,
                  s_dst=7.5, post=post, seed=seed, policy=policy, packed=True)
         dst, want = _run(p, isa_path)
-        np.testing.assert_array_equal(dst.view(np.int32) if dst.dtype == np.float32 else dst,
-                                      want.view(np.int32) if want.dtype == np.float32 else want)
+        assert_same_bits(dst, want)
     pd = Desc(desc((7, 37), "u8", "ab"), desc((37, 48), "s8", "any"), desc((7, 48), dst_dt, "ab"), isa=isa_path)
     assert pd._kernel_for(pd.fast).meta["kspec"].n_tail is False
 
