@@ -13,7 +13,9 @@ rows and column tiles, with the whole loop nest inside the generated code::
                 (unrolled by ``unroll_k`` groups, then one group at a time; with
                 ``prefetch_next`` one line of the next tile's B per group goes to L2,
                 the line rotating per row block; with ``prefetch_ahead`` the group's
-                lines that many bytes on go to L1)
+                lines that many bytes on go to L1; a short block on a VNNI path
+                spreads the unrolled groups over sets of accumulators, added up
+                after the loop: ``accumulator_sets``)
             last group when K % 4 != 0:          A read as the row's last dword, shifted
           [for each residual cell (K group, vector v) of the tile:]
                 acc[i][v] += dot(A[i, k:k+4], the cell's bytes)   one more VPMADDUBSW step
@@ -69,6 +71,9 @@ FIELDS = ("a", "lda", "b", "b_tile_stride", "c", "ldc", "m", "n", "k_groups", "k
           "res_head", "res_entries", "outer_left", "a_cur", "c_cur", "m_left", "res_cur") + OUTPUT_FIELDS
 MAX_MR = 9  # three A/C row bases of three rows each
 DEFAULT_MR = 6  # the tallest tile a GEMM asks for (nr = 4 fits 6 rows on AVX-512)
+# Accumulators a VPDPBUSD K loop keeps in flight to run at its rate: its latency (5
+# cycles on Intel's cores) times two a cycle. A shorter block waits on its chains.
+VNNI_CHAINS = 10
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,26 @@ def loop_registers(path: Path, mr: int, nr: int, s8_src: bool = False) -> int:
     b_vectors = nr * (2 if path.kind == "widen" else 1)
     helpers = 2 if path.kind in ("maddubsw", "widen") else 0
     return mr * nr + b_vectors + 1 + (1 if s8_src else 0) + helpers
+
+
+def accumulator_sets(path: Path, mr: int, rows: int, nr: int, unroll_k: int) -> int:
+    """Sets of accumulators the unrolled K loop of a ``rows``-row block (a tile of ``mr``)
+    spreads its groups over: on VNNI paths a short block (the tail of 7-pixel rows in
+    blocks of 5 + 2) has too few VPDPBUSD chains to hide the instruction's latency, and
+    the tile's accumulators of the rows it lacks are free to hold more; the sets are
+    added together before the output stage. (The VPMADDUBSW step's chain is a VPADDD.)
+    Not timed: no VNNI CPU was at hand. By conv_tile's model a block of 2 rows of 2
+    vectors took VPDPBUSD's 5 cycles a K group and takes 2.5 with two sets, so 7-pixel
+    rows as 5 + 2 would run 7.5 cycles a group instead of 10; the model itself still
+    counts the 5-cycle floor for every block.
+
+    >>> from jit.dot import fast_path
+    >>> [accumulator_sets(fast_path("avx2_vnni"), 5, rows, 2, 4) for rows in (5, 3, 2, 1)]
+    [1, 1, 2, 4]
+    """
+    if path.kind != "vnni" or unroll_k < 2:
+        return 1
+    return max(1, min(mr // rows, unroll_k, -(-VNNI_CHAINS // (rows * nr))))
 
 
 def tallest_tile(path: Path, nr: int, s8_src: bool = False) -> int:
@@ -296,8 +321,10 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
                 LEA(r12, [first + rcx * 2])
             ADD(rcx, first)
 
-    def k_group(rows: int, tail: bool, u: int = 0) -> None:
-        # u: which group of an unrolled iteration (B and A displacements, no pointer bumps)
+    def k_group(rows: int, tail: bool, u: int = 0, sets: int = 1) -> None:
+        # u: which group of an unrolled iteration (B and A displacements, no pointer bumps);
+        # it adds into accumulator set u % sets (accumulator_sets: rows s*rows.. of acc)
+        first = (u % sets) * rows
         for j, b in enumerate(breg):
             vload(b, [rbx + u * spec.b_group_bytes + j * vb])
         if next_lines and not tail:  # rbp: tile stride + this row block's line of the group
@@ -319,11 +346,11 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
                 asm.VPSHUFB(a01, areg, controls[0])
                 asm.VPSHUFB(areg, areg, controls[1])
                 for v in range(nr):
-                    emit_step(path, acc[i][v], a01, breg[v], tmp)
-                    emit_step(path, acc[i][v], areg, breg[nr + v], tmp)
+                    emit_step(path, acc[first + i][v], a01, breg[v], tmp)
+                    emit_step(path, acc[first + i][v], areg, breg[nr + v], tmp)
             else:
                 for v in range(nr):
-                    emit_step(path, acc[i][v], areg, breg[v], tmp, ones)
+                    emit_step(path, acc[first + i][v], areg, breg[v], tmp, ones)
 
     # Next tile's B into L2: one cache line per K group, the line rotating with the row
     # block, so a tile of B streams in from L3 over the row blocks of the tile before it.
@@ -369,7 +396,8 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
                 vload(reg, constant)
         if xor80 is not None:
             emit_bytes(path, xor80, 0x80, rbp)
-        for i in range(rows):
+        sets = accumulator_sets(path, mr, rows, nr, spec.unroll_k)
+        for i in range(sets * rows):
             for v in range(nr):
                 vxor(acc[i][v], acc[i][v], acc[i][v])
         MOV(rbx, rsi)
@@ -412,7 +440,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             JB(k_rest)
             LABEL(k_wide)
             for u in range(unroll):
-                k_group(rows, tail=False, u=u)
+                k_group(rows, tail=False, u=u, sets=sets)
             advance(unroll)
             SUB(r9, unroll)
             asm.JAE(k_wide)
@@ -447,6 +475,9 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             MOV(rbp, [args + off["pos_cur"]])
             CMP(rbp, [args + off["pos_end"]])
             JB(pos_loop)
+        for i in range(rows, sets * rows):  # the other sets into the first
+            for v in range(nr):
+                asm.VPADDD(acc[i % rows][v], acc[i % rows][v], acc[i][v])
         if spec.residual:
             residual_cells(rows)
         row_bases(r10, r11, rows)

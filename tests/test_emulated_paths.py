@@ -171,6 +171,30 @@ def test_convolution_emulated(emulated, isa, shape):
     split.test_split_convolution_is_exact(isa, shape)
 
 
+@pytest.mark.parametrize("isa", ["avx2_vnni", "avx512_core_vnni"])
+@pytest.mark.parametrize("src_dt", ["u8", "s8"])
+def test_short_blocks_split_their_accumulators(emulated, isa, src_dt):
+    """A VNNI kernel's short row block (the tail of 7-pixel rows) runs its unrolled K
+    loop over several sets of accumulators, against VPDPBUSD's latency, and adds them
+    before the output stage (gemm_kernel.accumulator_sets): bit-exact, on a layer whose
+    kernel has such a block."""
+    from jit.gemm_kernel import accumulator_sets
+    from primitives.conv import ConvolutionDesc
+
+    p = dict(sp=2, groups=1, icg=16, ocg=24, ker=(3, 3), dil=(0, 0), pad_l=(1, 1), pad_r=(1, 1), strides=(2, 2),
+             size=(13, 13), n=1, src_dt=src_dt, dst_dt="u8", zp_src=None, wscale="oc", s_src=0.25, zp_dst=3,
+             bias=True, post=[("eltwise", "relu", 0.0, 0.0)], layout=0, policy="exact", packed=True, seed=7,
+             weights="random")
+    pd = ConvolutionDesc(desc((1, 16, 13, 13), src_dt, "nhwc"), desc((24, 16, 3, 3), "s8", "any"),
+                         desc((1, 24, 7, 7), "u8", "nhwc"), strides=(2, 2), padding_l=(1, 1), padding_r=(1, 1),
+                         isa=isa)
+    kspec = pd._kernel_for(pd.fast).meta["kspec"]
+    assert any(accumulator_sets(kspec.path, kspec.mr, rows, kspec.nr, kspec.unroll_k) > 1
+               for rows in kspec.tails), (kspec.name, kspec.tails)
+    got, want = conv.run_case(p, isa)
+    assert_same_bits(got, want)
+
+
 @pytest.mark.parametrize("isa", PATHS[1:])
 @EMULATED
 @given(p=conv.problems())
