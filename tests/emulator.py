@@ -80,6 +80,39 @@ def _decode(rip: int, end: int):
     return ins
 
 
+class _Facts:
+    """An instruction's operands as the vector handlers read them: per operand ("vec",
+    number, bytes, register), ("gpr", number, bytes, register), ("mem", broadcast,
+    element bytes, bytes) or None (an immediate); its vector width (its widest vector
+    register, at least 16 bytes); whether it has an opmask."""
+
+    __slots__ = ("ops", "width", "masked", "handler", "next_ip")
+
+    def __init__(self, ins):
+        # handler: the function that executes it; None for flow control (Machine.step)
+        self.next_ip = ins.next_ip
+        self.handler = None
+        if ins.flow_control == ix.FlowControl.NEXT:
+            self.handler = _SCALAR.get(ins.mnemonic) or _VECTOR.get(ins.mnemonic)
+            if self.handler is None:
+                raise NotImplementedError(str(ins))
+        ops = []
+        for i in range(ins.op_count):
+            kind = ins.op_kind(i)
+            if kind == ix.OpKind.REGISTER:
+                reg = ins.op_register(i)
+                cls, n, size = _reg(reg)
+                ops.append((cls, n, size, reg))
+            elif kind == ix.OpKind.MEMORY:
+                info = ix.MemorySizeInfo(ins.memory_size)
+                ops.append(("mem", info.is_broadcast, info.element_size, info.size))
+            else:
+                ops.append(None)
+        self.ops = tuple(ops)
+        self.width = max([16] + [op[2] for op in ops if op is not None and op[0] == "vec"])
+        self.masked = ins.op_mask != ix.Register.NONE
+
+
 class Machine:
     """Registers and flags of one emulated thread; :meth:`call` runs a function."""
 
@@ -89,6 +122,10 @@ class Machine:
         self.k = [0] * 8
         self.zf = self.sf = self.cf = self.of = False
         self._stack = np.zeros(1 << 16, np.uint8)
+        self.cur: _Facts | None = None  # the instruction being executed, as its handlers read it
+
+    def width(self, ins) -> int:
+        return self.cur.width
 
     # -- operands ---------------------------------------------------------------------
     def addr(self, ins) -> int:
@@ -131,15 +168,15 @@ class Machine:
     def vsrc(self, ins, i: int, width: int) -> np.ndarray:
         """Operand i, ``width`` bytes of a vector register or memory (a broadcast element
         repeated; under an opmask only the selected elements read)."""
-        if ins.op_kind(i) == ix.OpKind.REGISTER:
-            kind, n, size = _reg(ins.op_register(i))
-            if kind == "gpr":
-                return np.frombuffer(self.get_gpr(ins.op_register(i)).to_bytes(size, "little"), np.uint8).copy()
-            return self.vec[n, :width].copy()
-        info = ix.MemorySizeInfo(ins.memory_size)
-        if info.is_broadcast:
-            return np.tile(_read(self.addr(ins), info.element_size), width // info.element_size)
-        return self.read_masked(ins, min(width, info.size), max(1, info.element_size))
+        op = self.cur.ops[i]
+        if op[0] == "gpr":
+            return np.frombuffer(self.get_gpr(op[3]).to_bytes(op[2], "little"), np.uint8).copy()
+        if op[0] == "vec":
+            return self.vec[op[1], :width].copy()
+        _, broadcast, element, size = op  # memory
+        if broadcast:
+            return np.tile(_read(self.addr(ins), element), width // element)
+        return self.read_masked(ins, min(width, size), max(1, element))
 
     def read_masked(self, ins, nbytes: int, per: int) -> np.ndarray:
         """``nbytes`` of the memory operand, ``per`` bytes to an opmask bit: under a mask
@@ -161,11 +198,12 @@ class Machine:
         """Write a vector result to operand 0 (register: the rest of the 512 bits zeroed,
         as VEX and EVEX writes do; merge- or zero-masked by the op mask)."""
         value = np.ascontiguousarray(value).view(np.uint8)
-        if ins.op_kind(0) == ix.OpKind.MEMORY:
+        f = self.cur
+        if f.ops[0][0] == "mem":
             self.store(ins, value, esize)
             return
-        n = _reg(ins.op_register(0))[1]
-        mask = self.mask_bits(ins, value.size // esize)
+        n = f.ops[0][1]
+        mask = self.mask_bits(ins, value.size // esize) if f.masked else None
         if mask is not None:
             old = self.vec[n, : value.size].copy()
             if ins.zeroing_masking:
@@ -216,36 +254,35 @@ class Machine:
         ctypes.memmove(rsp, _RET.to_bytes(8, "little"), 8)
         self.gpr[4] = rsp
         end = _mapping_end(fn)  # (a kernel calls nothing: its code is one mapping)
-        decoded: dict = {}  # rip -> instruction, for this call (code may be remapped after it)
+        decoded: dict = {}  # rip -> (instruction, its _Facts), for this call (code may be remapped after it)
         rip, executed = fn, 0
         while rip != _RET:
-            ins = decoded.get(rip)
-            if ins is None:
-                ins = decoded[rip] = _decode(rip, end)
-            rip = self.step(ins)
+            entry = decoded.get(rip)
+            if entry is None:
+                ins = _decode(rip, end)
+                entry = decoded[rip] = (ins, _Facts(ins))
+            rip = self.step(*entry)
             executed += 1
             if executed > limit:
                 raise RuntimeError("emulated call ran past its instruction limit")
 
-    def step(self, ins) -> int:
+    def step(self, ins, facts: "_Facts") -> int:
         """Execute one instruction; the next rip."""
+        if facts.handler is not None:
+            self.cur = facts
+            facts.handler(self, ins)
+            return facts.next_ip
         M, name = ix.Mnemonic, ins.mnemonic
         nxt = ins.next_ip
-        if ins.flow_control != ix.FlowControl.NEXT:
-            if name == M.RET:
-                rsp = self.gpr[4]
-                self.gpr[4] = rsp + 8
-                return int.from_bytes(ctypes.string_at(rsp, 8), "little")
-            if name == M.JMP and ins.op_kind(0) == ix.OpKind.NEAR_BRANCH64:
-                return ins.near_branch_target
-            if ins.is_jcc_short_or_near:
-                return ins.near_branch_target if self.condition(ins.condition_code) else nxt
-            raise NotImplementedError(f"{ins} (flow control)")
-        handler = _SCALAR.get(name) or _VECTOR.get(name)
-        if handler is None:
-            raise NotImplementedError(str(ins))
-        handler(self, ins)
-        return nxt
+        if name == M.RET:
+            rsp = self.gpr[4]
+            self.gpr[4] = rsp + 8
+            return int.from_bytes(ctypes.string_at(rsp, 8), "little")
+        if name == M.JMP and ins.op_kind(0) == ix.OpKind.NEAR_BRANCH64:
+            return ins.near_branch_target
+        if ins.is_jcc_short_or_near:
+            return ins.near_branch_target if self.condition(ins.condition_code) else nxt
+        raise NotImplementedError(f"{ins} (flow control)")
 
 
 # -- int8jit's kernel calls, emulated ---------------------------------------------------
@@ -497,21 +534,12 @@ _SCALAR = {
 
 
 # -- vector instructions ---------------------------------------------------------------
-def _width(ins) -> int:
-    """The vector width of an instruction: its widest register operand."""
-    w = 16
-    for i in range(ins.op_count):
-        if ins.op_kind(i) == ix.OpKind.REGISTER:
-            kind, _, size = _reg(ins.op_register(i))
-            if kind == "vec":
-                w = max(w, size)
-    return w
 
 
 def _binary(fn, dtype, esize: int):
     """dst = fn(src1, src2) elementwise on ``dtype`` lanes (three-operand VEX/EVEX form)."""
     def run(m: Machine, ins) -> None:
-        w = _width(ins)
+        w = m.width(ins)
         a = m.vsrc(ins, 1, w).view(dtype)
         b = m.vsrc(ins, 2, w).view(dtype)
         m.vdst(ins, fn(a, b).astype(dtype), esize)
@@ -529,7 +557,7 @@ def _maddwd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _dpbusd(m: Machine, ins) -> None:
-    w = _width(ins)
+    w = m.width(ins)
     acc = m.vsrc(ins, 0, w).view(np.int32).astype(np.int64)
     a = m.vsrc(ins, 1, w).astype(np.int64)
     b = m.vsrc(ins, 2, w).view(np.int8).astype(np.int64)
@@ -540,7 +568,7 @@ def _dpbusd(m: Machine, ins) -> None:
 def _move(esize: int):
     """Loads, stores and register moves (masked where the instruction has a mask)."""
     def run(m: Machine, ins) -> None:
-        m.vdst(ins, m.vsrc(ins, 1, _width(ins)), esize)
+        m.vdst(ins, m.vsrc(ins, 1, m.width(ins)), esize)
     return run
 
 
@@ -558,7 +586,7 @@ def _movd(m: Machine, ins) -> None:
 
 def _broadcast(esize: int):
     def run(m: Machine, ins) -> None:
-        w = _width(ins)
+        w = m.width(ins)
         if ins.op_kind(1) == ix.OpKind.MEMORY:
             e = _read(m.addr(ins), esize)
         elif _reg(ins.op_register(1))[0] == "gpr":
@@ -569,19 +597,20 @@ def _broadcast(esize: int):
     return run
 
 
+_LANE_BASES = np.arange(64) & ~15  # each byte's 128-bit lane's first byte
+
+
 def _pshufb(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = a.view(np.uint8), b.view(np.uint8)
-    out = np.empty_like(a)
-    for lane in range(0, a.size, 16):  # within each 128-bit lane
-        idx = b[lane: lane + 16]
-        out[lane: lane + 16] = np.where(idx & 0x80, 0, a[lane: lane + 16][idx & 15])
+    out = a[_LANE_BASES[: a.size] + (b & 15)]  # within each 128-bit lane
+    out[b >= 0x80] = 0
     return out
 
 
 def _pmov(dtype, saturate: str | None):
     """VPMOVDB and friends: dwords to bytes, truncated or saturated."""
     def run(m: Machine, ins) -> None:
-        src_w = _width(ins)
+        src_w = m.width(ins)
         v = m.vec[_reg(ins.op_register(1))[1], :src_w].view(np.int32)
         if saturate == "s":
             out = _sat(v, np.int8)
@@ -600,7 +629,7 @@ def _pmov(dtype, saturate: str | None):
 
 
 def _pcmpgtd(m: Machine, ins) -> None:
-    w = _width(ins)
+    w = m.width(ins)
     a = m.vsrc(ins, 1, w).view(np.int32)
     b = m.vsrc(ins, 2, w).view(np.int32)
     if _reg(ins.op_register(0))[0] == "k":
@@ -612,7 +641,7 @@ def _pcmpgtd(m: Machine, ins) -> None:
 
 def _maskmov(m: Machine, ins) -> None:
     """VMASKMOVPS / VPMASKMOVD: the mask is each dword's sign bit; only those are touched."""
-    w = _width(ins)
+    w = m.width(ins)
     if ins.op_kind(0) == ix.OpKind.MEMORY:  # store: [mem], mask, value
         mask = m.vec[_reg(ins.op_register(1))[1], :w].view(np.int32) < 0
         value = m.vec[_reg(ins.op_register(2))[1], :w]
@@ -629,7 +658,7 @@ def _maskmov(m: Machine, ins) -> None:
 
 def _unary(fn, dtype_in, dtype_out, esize: int):
     def run(m: Machine, ins) -> None:
-        w = _width(ins)
+        w = m.width(ins)
         m.vdst(ins, fn(m.vsrc(ins, 1, w).view(dtype_in)).astype(dtype_out), esize)
     return run
 
@@ -652,14 +681,14 @@ def _pack(src_dtype, dst_dtype):
 
 
 def _permq(m: Machine, ins) -> None:
-    w = _width(ins)
+    w = m.width(ins)
     q = m.vsrc(ins, 1, w).view(np.uint64)
     imm = ins.immediate(2)
     m.vdst(ins, np.array([q[(imm >> (2 * i)) & 3] for i in range(4)], np.uint64), 8)
 
 
 def _permd(m: Machine, ins) -> None:
-    w = _width(ins)
+    w = m.width(ins)
     idx = m.vsrc(ins, 1, w).view(np.uint32)
     d = m.vsrc(ins, 2, w).view(np.uint32)
     m.vdst(ins, d[idx % d.size], 4)
@@ -676,7 +705,7 @@ def _extract128(m: Machine, ins) -> None:
 
 def _blendv(m: Machine, ins) -> None:
     """VBLENDVPS dst, a, b, mask: b's dword where mask's sign bit is set, else a's."""
-    w = _width(ins)
+    w = m.width(ins)
     a, b = m.vsrc(ins, 1, w).view(np.int32), m.vsrc(ins, 2, w).view(np.int32)
     mask = m.vsrc(ins, 3, w).view(np.int32) < 0
     m.vdst(ins, np.where(mask, b, a), 4)
@@ -684,7 +713,7 @@ def _blendv(m: Machine, ins) -> None:
 
 def _ternlog(m: Machine, ins) -> None:
     """VPTERNLOGD: each result bit is imm8's bit at (dst bit, src2 bit, src3 bit)."""
-    w = _width(ins)
+    w = m.width(ins)
     a, b, c = (m.vsrc(ins, i, w).view(np.uint32) for i in range(3))
     imm, out = ins.immediate(3), np.zeros_like(a)
     for i in range(8):
@@ -696,7 +725,7 @@ def _ternlog(m: Machine, ins) -> None:
 def _extend(src_dtype, dst_dtype):
     """VPMOVZX / VPMOVSX: the source's low elements, each widened to a destination lane."""
     def run(m: Machine, ins) -> None:
-        w = _width(ins)
+        w = m.width(ins)
         n = w // np.dtype(dst_dtype).itemsize * np.dtype(src_dtype).itemsize  # source bytes
         if ins.op_kind(1) == ix.OpKind.MEMORY:  # (a mask bit per destination lane)
             src = m.read_masked(ins, n, np.dtype(src_dtype).itemsize)
@@ -709,7 +738,7 @@ def _extend(src_dtype, dst_dtype):
 def _shift_dwords(op: str):
     """VPSLLD / VPSRAD / VPSRLD by an immediate or by the low quadword of an xmm."""
     def run(m: Machine, ins) -> None:
-        w = _width(ins)
+        w = m.width(ins)
         v = m.vsrc(ins, 1, w).view(np.int32)
         if ins.op_kind(2) == ix.OpKind.REGISTER:
             count = int(m.vec[_reg(ins.op_register(2))[1], :8].view(np.uint64)[0])
@@ -730,7 +759,7 @@ def _shift_dwords(op: str):
 def _round(m: Machine, ins) -> None:
     """VROUNDPS / VRNDSCALEPS (scale 0): imm8 bits 1:0 the mode unless bit 2 defers to
     MXCSR (round to nearest even here)."""
-    w = _width(ins)
+    w = m.width(ins)
     x = m.vsrc(ins, 1, w).view(np.float32)
     imm = ins.immediate(2)
     if imm >> 4:
@@ -742,7 +771,7 @@ def _round(m: Machine, ins) -> None:
 
 
 def _sqrt(m: Machine, ins) -> None:
-    w = _width(ins)
+    w = m.width(ins)
     with np.errstate(invalid="ignore"):
         m.vdst(ins, np.sqrt(m.vsrc(ins, 1, w).view(np.float32)), 4)
 
@@ -757,7 +786,7 @@ def _fp(fn):
 
 def _broadcast128(m: Machine, ins) -> None:
     """VBROADCASTI32X4 / VBROADCASTI128: a 16-byte block repeated."""
-    w = _width(ins)
+    w = m.width(ins)
     m.vdst(ins, np.tile(_read(m.addr(ins), 16), w // 16), 4)
 
 
@@ -772,7 +801,7 @@ def _extract256(m: Machine, ins) -> None:
 
 def _cmpps(m: Machine, ins) -> None:
     """VCMPPS: the predicate in imm8 (ordered/unordered, signalling or not: the same here)."""
-    w = _width(ins)
+    w = m.width(ins)
     a, b = m.vsrc(ins, 1, w).view(np.float32), m.vsrc(ins, 2, w).view(np.float32)
     with np.errstate(invalid="ignore"):
         unordered = np.isnan(a) | np.isnan(b)
@@ -795,7 +824,7 @@ def _cvtsi2ss(m: Machine, ins) -> None:
 
 
 def _dpwssd(m: Machine, ins) -> None:
-    w = _width(ins)
+    w = m.width(ins)
     acc = m.vsrc(ins, 0, w).view(np.int32).astype(np.int64)
     p = m.vsrc(ins, 1, w).view(np.int16).astype(np.int64) * m.vsrc(ins, 2, w).view(np.int16).astype(np.int64)
     m.vdst(ins, (acc + p[0::2] + p[1::2]).astype(np.uint32).view(np.int32), 4)  # wraps, as VPDPWSSD does
