@@ -124,9 +124,6 @@ class Machine:
         self._stack = np.zeros(1 << 16, np.uint8)
         self.cur: _Facts | None = None  # the instruction being executed, as its handlers read it
 
-    def width(self, ins) -> int:
-        return self.cur.width
-
     # -- operands ---------------------------------------------------------------------
     def addr(self, ins) -> int:
         if ins.is_ip_rel_memory_operand:
@@ -534,12 +531,10 @@ _SCALAR = {
 
 
 # -- vector instructions ---------------------------------------------------------------
-
-
 def _binary(fn, dtype, esize: int):
     """dst = fn(src1, src2) elementwise on ``dtype`` lanes (three-operand VEX/EVEX form)."""
     def run(m: Machine, ins) -> None:
-        w = m.width(ins)
+        w = m.cur.width
         a = m.vsrc(ins, 1, w).view(dtype)
         b = m.vsrc(ins, 2, w).view(dtype)
         m.vdst(ins, fn(a, b).astype(dtype), esize)
@@ -557,7 +552,7 @@ def _maddwd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _dpbusd(m: Machine, ins) -> None:
-    w = m.width(ins)
+    w = m.cur.width
     acc = m.vsrc(ins, 0, w).view(np.int32).astype(np.int64)
     a = m.vsrc(ins, 1, w).astype(np.int64)
     b = m.vsrc(ins, 2, w).view(np.int8).astype(np.int64)
@@ -568,7 +563,7 @@ def _dpbusd(m: Machine, ins) -> None:
 def _move(esize: int):
     """Loads, stores and register moves (masked where the instruction has a mask)."""
     def run(m: Machine, ins) -> None:
-        m.vdst(ins, m.vsrc(ins, 1, m.width(ins)), esize)
+        m.vdst(ins, m.vsrc(ins, 1, m.cur.width), esize)
     return run
 
 
@@ -586,7 +581,7 @@ def _movd(m: Machine, ins) -> None:
 
 def _broadcast(esize: int):
     def run(m: Machine, ins) -> None:
-        w = m.width(ins)
+        w = m.cur.width
         if ins.op_kind(1) == ix.OpKind.MEMORY:
             e = _read(m.addr(ins), esize)
         elif _reg(ins.op_register(1))[0] == "gpr":
@@ -610,7 +605,7 @@ def _pshufb(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _pmov(dtype, saturate: str | None):
     """VPMOVDB and friends: dwords to bytes, truncated or saturated."""
     def run(m: Machine, ins) -> None:
-        src_w = m.width(ins)
+        src_w = m.cur.width
         v = m.vec[_reg(ins.op_register(1))[1], :src_w].view(np.int32)
         if saturate == "s":
             out = _sat(v, np.int8)
@@ -629,7 +624,7 @@ def _pmov(dtype, saturate: str | None):
 
 
 def _pcmpgtd(m: Machine, ins) -> None:
-    w = m.width(ins)
+    w = m.cur.width
     a = m.vsrc(ins, 1, w).view(np.int32)
     b = m.vsrc(ins, 2, w).view(np.int32)
     if _reg(ins.op_register(0))[0] == "k":
@@ -641,7 +636,7 @@ def _pcmpgtd(m: Machine, ins) -> None:
 
 def _maskmov(m: Machine, ins) -> None:
     """VMASKMOVPS / VPMASKMOVD: the mask is each dword's sign bit; only those are touched."""
-    w = m.width(ins)
+    w = m.cur.width
     if ins.op_kind(0) == ix.OpKind.MEMORY:  # store: [mem], mask, value
         mask = m.vec[_reg(ins.op_register(1))[1], :w].view(np.int32) < 0
         value = m.vec[_reg(ins.op_register(2))[1], :w]
@@ -658,7 +653,7 @@ def _maskmov(m: Machine, ins) -> None:
 
 def _unary(fn, dtype_in, dtype_out, esize: int):
     def run(m: Machine, ins) -> None:
-        w = m.width(ins)
+        w = m.cur.width
         m.vdst(ins, fn(m.vsrc(ins, 1, w).view(dtype_in)).astype(dtype_out), esize)
     return run
 
@@ -681,14 +676,14 @@ def _pack(src_dtype, dst_dtype):
 
 
 def _permq(m: Machine, ins) -> None:
-    w = m.width(ins)
+    w = m.cur.width
     q = m.vsrc(ins, 1, w).view(np.uint64)
     imm = ins.immediate(2)
     m.vdst(ins, np.array([q[(imm >> (2 * i)) & 3] for i in range(4)], np.uint64), 8)
 
 
 def _permd(m: Machine, ins) -> None:
-    w = m.width(ins)
+    w = m.cur.width
     idx = m.vsrc(ins, 1, w).view(np.uint32)
     d = m.vsrc(ins, 2, w).view(np.uint32)
     m.vdst(ins, d[idx % d.size], 4)
@@ -705,7 +700,7 @@ def _extract128(m: Machine, ins) -> None:
 
 def _blendv(m: Machine, ins) -> None:
     """VBLENDVPS dst, a, b, mask: b's dword where mask's sign bit is set, else a's."""
-    w = m.width(ins)
+    w = m.cur.width
     a, b = m.vsrc(ins, 1, w).view(np.int32), m.vsrc(ins, 2, w).view(np.int32)
     mask = m.vsrc(ins, 3, w).view(np.int32) < 0
     m.vdst(ins, np.where(mask, b, a), 4)
@@ -713,7 +708,7 @@ def _blendv(m: Machine, ins) -> None:
 
 def _ternlog(m: Machine, ins) -> None:
     """VPTERNLOGD: each result bit is imm8's bit at (dst bit, src2 bit, src3 bit)."""
-    w = m.width(ins)
+    w = m.cur.width
     a, b, c = (m.vsrc(ins, i, w).view(np.uint32) for i in range(3))
     imm, out = ins.immediate(3), np.zeros_like(a)
     for i in range(8):
@@ -725,7 +720,7 @@ def _ternlog(m: Machine, ins) -> None:
 def _extend(src_dtype, dst_dtype):
     """VPMOVZX / VPMOVSX: the source's low elements, each widened to a destination lane."""
     def run(m: Machine, ins) -> None:
-        w = m.width(ins)
+        w = m.cur.width
         n = w // np.dtype(dst_dtype).itemsize * np.dtype(src_dtype).itemsize  # source bytes
         if ins.op_kind(1) == ix.OpKind.MEMORY:  # (a mask bit per destination lane)
             src = m.read_masked(ins, n, np.dtype(src_dtype).itemsize)
@@ -738,7 +733,7 @@ def _extend(src_dtype, dst_dtype):
 def _shift_dwords(op: str):
     """VPSLLD / VPSRAD / VPSRLD by an immediate or by the low quadword of an xmm."""
     def run(m: Machine, ins) -> None:
-        w = m.width(ins)
+        w = m.cur.width
         v = m.vsrc(ins, 1, w).view(np.int32)
         if ins.op_kind(2) == ix.OpKind.REGISTER:
             count = int(m.vec[_reg(ins.op_register(2))[1], :8].view(np.uint64)[0])
@@ -759,7 +754,7 @@ def _shift_dwords(op: str):
 def _round(m: Machine, ins) -> None:
     """VROUNDPS / VRNDSCALEPS (scale 0): imm8 bits 1:0 the mode unless bit 2 defers to
     MXCSR (round to nearest even here)."""
-    w = m.width(ins)
+    w = m.cur.width
     x = m.vsrc(ins, 1, w).view(np.float32)
     imm = ins.immediate(2)
     if imm >> 4:
@@ -771,7 +766,7 @@ def _round(m: Machine, ins) -> None:
 
 
 def _sqrt(m: Machine, ins) -> None:
-    w = m.width(ins)
+    w = m.cur.width
     with np.errstate(invalid="ignore"):
         m.vdst(ins, np.sqrt(m.vsrc(ins, 1, w).view(np.float32)), 4)
 
@@ -786,7 +781,7 @@ def _fp(fn):
 
 def _broadcast128(m: Machine, ins) -> None:
     """VBROADCASTI32X4 / VBROADCASTI128: a 16-byte block repeated."""
-    w = m.width(ins)
+    w = m.cur.width
     m.vdst(ins, np.tile(_read(m.addr(ins), 16), w // 16), 4)
 
 
@@ -801,7 +796,7 @@ def _extract256(m: Machine, ins) -> None:
 
 def _cmpps(m: Machine, ins) -> None:
     """VCMPPS: the predicate in imm8 (ordered/unordered, signalling or not: the same here)."""
-    w = m.width(ins)
+    w = m.cur.width
     a, b = m.vsrc(ins, 1, w).view(np.float32), m.vsrc(ins, 2, w).view(np.float32)
     with np.errstate(invalid="ignore"):
         unordered = np.isnan(a) | np.isnan(b)
@@ -824,7 +819,7 @@ def _cvtsi2ss(m: Machine, ins) -> None:
 
 
 def _dpwssd(m: Machine, ins) -> None:
-    w = m.width(ins)
+    w = m.cur.width
     acc = m.vsrc(ins, 0, w).view(np.int32).astype(np.int64)
     p = m.vsrc(ins, 1, w).view(np.int16).astype(np.int64) * m.vsrc(ins, 2, w).view(np.int16).astype(np.int64)
     m.vdst(ins, (acc + p[0::2] + p[1::2]).astype(np.uint32).view(np.int32), 4)  # wraps, as VPDPWSSD does

@@ -185,9 +185,10 @@ def test_short_blocks_split_their_accumulators(emulated, isa, src_dt):
              size=(13, 13), n=1, src_dt=src_dt, dst_dt="u8", zp_src=None, wscale="oc", s_src=0.25, zp_dst=3,
              bias=True, post=[("eltwise", "relu", 0.0, 0.0)], layout=0, policy="exact", packed=True, seed=7,
              weights="random")
-    pd = ConvolutionDesc(desc((1, 16, 13, 13), src_dt, "nhwc"), desc((24, 16, 3, 3), "s8", "any"),
-                         desc((1, 24, 7, 7), "u8", "nhwc"), strides=(2, 2), padding_l=(1, 1), padding_r=(1, 1),
-                         isa=isa)
+    ic, oc = p["icg"], p["ocg"]  # the layer run_case makes, for its kernel's spec: 7-pixel rows
+    pd = ConvolutionDesc(desc((1, ic) + p["size"], src_dt, "nhwc"), desc((oc, ic) + p["ker"], "s8", "any"),
+                         desc((1, oc, 7, 7), "u8", "nhwc"), strides=p["strides"], padding_l=p["pad_l"],
+                         padding_r=p["pad_r"], isa=isa)
     kspec = pd._kernel_for(pd.fast).meta["kspec"]
     assert any(accumulator_sets(kspec.path, kspec.mr, rows, kspec.nr, kspec.unroll_k) > 1
                for rows in kspec.tails), (kspec.name, kspec.tails)
