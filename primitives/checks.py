@@ -4,6 +4,16 @@ from __future__ import annotations
 import numpy as np
 
 
+def dtype_text(dtype) -> str:
+    """A dtype's name, with its byte order when that is not the machine's.
+
+    >>> dtype_text(np.dtype(">i4")), dtype_text(np.int32)
+    ('int32 (big-endian)', 'int32')
+    """
+    dtype = np.dtype(dtype)
+    return dtype.name + (" (big-endian)" if dtype.byteorder == ">" else "")
+
+
 def check_choice(name: str, value, allowed: str):
     """One letter of ``allowed`` (case-insensitive); returns it upper-case."""
     if not isinstance(value, str) or len(value) != 1 or value.upper() not in allowed:
@@ -32,7 +42,7 @@ def check_matrix(name: str, array, dtype, rows: int, cols: int, ld: int, *, writ
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")
     if array.dtype != np.dtype(dtype):
-        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {array.dtype.name}")
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {dtype_text(array.dtype)}")
     if ld < cols:
         raise ValueError(f"ld{name.lower()}: leading dimension {ld} is smaller than the row length {cols}")
     if writable and not array.flags.writeable:
@@ -64,7 +74,7 @@ def check_vector(name: str, array, dtype, length: int) -> np.ndarray:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")
     if array.dtype != np.dtype(dtype):
-        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {array.dtype.name}")
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {dtype_text(array.dtype)}")
     flat = array.reshape(-1)
     if flat.size < length:
         raise ValueError(f"{name}: expected at least {length} values, got {flat.size}")

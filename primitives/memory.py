@@ -49,6 +49,8 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
+from primitives.checks import dtype_text
+
 DATA_TYPES: tuple[str, ...] = ("u8", "s8", "s32", "f32", "bf16")
 
 # bf16 has no numpy type: it is kept as its 16 raw bits.
@@ -520,7 +522,7 @@ class Memory:
             raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")
         if array.dtype != dtype:
             want = f"{dtype.name} ({'packed bytes' if md.is_packed else md.dt})"
-            raise TypeError(f"{name}: expected dtype {want}, got {array.dtype.name}")
+            raise TypeError(f"{name}: expected dtype {want}, got {dtype_text(array.dtype)}")
         if array.shape == shape and array.flags.c_contiguous:
             self._array = array  # the common case, taken as it is
         else:

@@ -60,6 +60,7 @@ from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, SIGNATURE, Reorde
 from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
 from primitives.base import Primitive, PrimitiveDesc
+from primitives.checks import dtype_text
 from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
@@ -371,7 +372,7 @@ def dequantize(q, scale, zero_point=0, axis: int | None = None, *, isa: str | No
     """``x = scale * (f32(q) - zero_point)`` in f32 for u8/s8/s32 ``q``, numpy style."""
     q = np.asarray(q)
     if q.dtype not in (np.uint8, np.int8, np.int32):
-        raise TypeError(f"q: expected dtype uint8, int8 or int32, got {q.dtype.name}")
+        raise TypeError(f"q: expected dtype uint8, int8 or int32, got {dtype_text(q.dtype)}")
     return _convert(_source(q), "f32", axis, scale, zero_point, None, None, isa).reshape(q.shape)
 
 

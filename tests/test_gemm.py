@@ -561,6 +561,9 @@ def test_bad_input_is_rejected_before_any_kernel_runs():
         ro = np.zeros((4, 5), np.int32)
         ro.flags.writeable = False
         g.execute(np.ones((4, 6), np.uint8), ro)
+    # A byte-swapped int32 is not the kernel's int32, and the message says why.
+    with pytest.raises(TypeError, match=r"^C: expected dtype int32, got int32 \(big-endian\)"):
+        g.execute(np.ones((4, 6), np.uint8), np.zeros((4, 5), ">i4"))
 
 
 def test_bad_input_gemm_constructor():

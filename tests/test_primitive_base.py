@@ -480,3 +480,5 @@ def test_optional_arguments_do_not_hide_a_missing_one():
     assert isinstance(prim.seen[-1][0]["bias"], Memory)
     with pytest.raises(TypeError, match=r"bias: expected dtype float32 \(f32\), got int32"):
         prim.execute({SRC: src, DST: np.zeros((2, 3), np.uint8), "bias": np.zeros(3, np.int32)})
+    with pytest.raises(TypeError, match=r"bias: expected dtype float32 \(f32\), got float32 \(big-endian\)"):
+        prim.execute({SRC: src, DST: np.zeros((2, 3), np.uint8), "bias": np.zeros(3, ">f4")})
