@@ -37,7 +37,8 @@ def check_matrix(name: str, array, dtype, rows: int, cols: int, ld: int, *, writ
     """A row-major buffer of ``rows`` rows of ``cols`` used elements, ``ld`` apart.
 
     Accepts a 2-D array whose rows are ``ld`` elements apart (a C-contiguous array of
-    width ``ld``, or a column slice of a wider one) or a contiguous 1-D buffer.
+    width ``ld``, or a column slice of a wider one) or a contiguous 1-D buffer; with
+    ``rows`` or ``cols`` of 0, any 1-D or 2-D array of the dtype.
     """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")
@@ -48,6 +49,10 @@ def check_matrix(name: str, array, dtype, rows: int, cols: int, ld: int, *, writ
     if writable and not array.flags.writeable:
         raise ValueError(f"{name}: the array is read-only but is written to")
     item = array.itemsize
+    if array.ndim not in (1, 2):
+        raise ValueError(f"{name}: expected a 1-D or 2-D array, got {array.ndim} dimensions")
+    if rows == 0 or cols == 0:
+        return  # no element is read or written: any layout will do
     if array.ndim == 2:
         # A dimension of one element has no meaningful stride (NumPy calls B.T of a 1 x N
         # B C-contiguous, with strides (1, N)): only the strides that are walked count.
@@ -65,8 +70,6 @@ def check_matrix(name: str, array, dtype, rows: int, cols: int, ld: int, *, writ
         if array.size < need:
             raise ValueError(f"{name}: buffer of {array.size} elements is smaller than the {need} that "
                              f"{rows} rows of {cols} at ld {ld} need")
-    else:
-        raise ValueError(f"{name}: expected a 1-D or 2-D array, got {array.ndim} dimensions")
 
 
 def check_vector(name: str, array, dtype, length: int) -> np.ndarray:

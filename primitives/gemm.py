@@ -209,7 +209,8 @@ class Gemm:
         isa: str | None = None,
         threads: int | None = None,
     ):
-        self.M, self.N, self.K = check_dim("M", M), check_dim("N", N), check_dim("K", K)
+        # Zero is a valid size, as in oneDNN and numpy: nothing to multiply (see execute).
+        self.M, self.N, self.K = check_dim("M", M, 0), check_dim("N", N, 0), check_dim("K", K, 0)
         if a_type not in ("u8", "s8"):
             raise ValueError(f"a_type: expected 'u8' or 's8', got {a_type!r}")
         self.a_type = a_type
@@ -217,9 +218,9 @@ class Gemm:
         self.transa = check_choice("transa", transa, "NT")
         self.transb = check_choice("transb", transb, "NT")
         self.offsetc = check_choice("offsetc", offsetc, "FCR")
-        self.lda = check_dim("lda", lda if lda is not None else (K if self.transa == "N" else M))
-        self.ldb = check_dim("ldb", ldb if ldb is not None else (N if self.transb == "N" else K))
-        self.ldc = check_dim("ldc", ldc if ldc is not None else N)
+        self.lda = check_dim("lda", lda if lda is not None else max(1, K if self.transa == "N" else M))
+        self.ldb = check_dim("ldb", ldb if ldb is not None else max(1, N if self.transb == "N" else K))
+        self.ldc = check_dim("ldc", ldc if ldc is not None else max(1, N))
         for name, ld, need in (("lda", self.lda, K if self.transa == "N" else M),
                                ("ldb", self.ldb, N if self.transb == "N" else K), ("ldc", self.ldc, N)):
             if ld < need:
@@ -237,6 +238,15 @@ class Gemm:
         self._kernels: dict = {}
         self._packed: PackedB | None = None
         self._choice: Choice | None = None
+        self._empty = min(self.M, self.N, self.K) == 0
+        self._k_zero: Gemm | None = None
+        if self.K == 0 and self.M and self.N:
+            # C <- beta*C + co: the output stage on a zero accumulator, which a GEMM of
+            # K = 1 over zeros computes bit for bit as every other GEMM's stage does.
+            self._k_zero = Gemm(self.M, self.N, 1, a_type=a_type, offsetc=offsetc, ldc=self.ldc, alpha=alpha,
+                                beta=beta, B=np.zeros((1, self.N), np.int8), policy=policy, isa=isa,
+                                threads=threads)
+            self._k_zero_a = np.zeros((self.M, 1), self.a_dtype)
         if B is not None:
             self._packed, self._choice = self._pack(B)
         self._last_packed: PackedB | None = None  # B given at execution: what the last call decided
@@ -248,6 +258,8 @@ class Gemm:
     def _pack(self, B: np.ndarray) -> tuple[PackedB, Choice]:
         check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
                      self.N if self.transb == "N" else self.K, self.ldb)
+        if self._empty:
+            return None, decide(self.isa, self.policy, None, self.N)
         b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
             else B[: self.K, : self.N]
         return pack_weights(b_kn, self.isa, self.policy)
@@ -266,7 +278,11 @@ class Gemm:
     # -- execution ---------------------------------------------------------------------
     def execute(self, A: np.ndarray, C: np.ndarray, *, B: np.ndarray | None = None, ao: int = 0, bo: int = 0,
                 co: np.ndarray | None = None) -> None:
-        """C <- alpha*(op(A) - ao)(op(B) - bo) + beta*C + co, in place."""
+        """C <- alpha*(op(A) - ao)(op(B) - bo) + beta*C + co, in place.
+
+        M, N or K may be 0 (a batch that came out empty): with K = 0 there is no
+        product, so C <- beta*C + co; with M or N = 0 there is no C to write.
+        """
         M, N, K = self.M, self.N, self.K
         lo, hi = (0, 255) if self.a_type == "u8" else (-128, 127)
         ao = check_int_range("ao", ao, lo, hi)
@@ -279,10 +295,14 @@ class Gemm:
         if B is not None:
             packed, choice = self._pack(B)
             self._last_packed, self._last_choice = packed, choice
-        elif self._packed is not None:
+        elif self._choice is not None:
             packed, choice = self._packed, self._choice
         else:
             raise ValueError("B: this Gemm was created without a constant B; pass B= to execute")
+        if self._empty:  # M or N of 0: no element of C; K of 0: no product (ao, bo vanish)
+            if self._k_zero is not None:
+                self._k_zero.execute(self._k_zero_a, C, co=co)
+            return
 
         # A as the kernel reads it: row-major M x K, rows lda bytes apart, K >= 4.
         a, lda = A, self.lda
@@ -381,6 +401,9 @@ class Gemm:
             "tile_n": choice.nr * choice.path.lanes, "threads": self.threads,
             "shape": (self.M, self.N, self.K),
         }
+        if self._empty:
+            info["decision"] = ("K is 0: no products, C <- beta*C + co through the output stage" if self._k_zero
+                                else "M or N is 0: nothing to compute, C is left as it was")
         if packed is not None:
             info["safe_pairs"] = packed.safe_pairs
             info["total_pairs"] = packed.total_pairs

@@ -74,7 +74,7 @@ def run_and_check(*, isa, policy, a_type="u8", transa="N", transb="N", offsetc="
     a_rows, a_cols = (M, K) if transa == "N" else (K, M)
     b_rows, b_cols = (K, N) if transb == "N" else (N, K)
     A0, B0 = make_data(rng, kind, a_type, a_rows, a_cols, b_rows, b_cols)
-    lda, ldb, ldc = a_cols + lda_pad, b_cols + ldb_pad, N + ldc_pad
+    lda, ldb, ldc = max(1, a_cols) + lda_pad, max(1, b_cols) + ldb_pad, max(1, N) + ldc_pad  # oneDNN's minimum: 1
     A = padded(A0, lda, fill=rng.integers(0, 100))
     B = padded(B0, ldb, fill=rng.integers(-100, 100))
     C = rng.integers(-2**31, 2**31, (M, ldc), dtype=np.int64).astype(np.int32)
@@ -244,6 +244,25 @@ def test_edges(isa_path, policy, a_type, M, N, K):
     for kind in ("random", "saturating"):
         run_and_check(isa=isa_path, policy=policy, a_type=a_type, M=M, N=N, K=K, kind=kind, seed=M * N + K,
                       ao=1 if a_type == "u8" else -1, bo=2, offsetc="F")
+
+
+@pytest.mark.parametrize("api", ["function", "create", "execute"])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (1.0, 1.0), (2.0, 0.5)])
+@pytest.mark.parametrize("M,N,K,offsetc", [
+    (0, 5, 7, "F"), (6, 0, 7, "R"), (0, 0, 0, "F"), (6, 5, 0, "F"), (1, 1, 0, "C"), (33, 17, 0, "R"), (9, 40, 0, "C"),
+])
+def test_zero_sizes(isa_path, api, alpha, beta, M, N, K, offsetc):
+    """M, N or K of 0 is a GEMM, as in numpy and oneDNN: M or N of 0 leaves C as it
+    was; K of 0 has no product, so ao and bo vanish and C <- beta*C + co (what the output
+    stage makes of a zero accumulator, float mode's rounding included). oneDNN 3.2
+    returns at K = 0 without writing C; the formula it documents gives this."""
+    for a_type in ("u8", "s8"):
+        run_and_check(isa=isa_path, policy="exact", a_type=a_type, M=M, N=N, K=K, api=api, alpha=alpha, beta=beta,
+                      offsetc=offsetc, ao=3, bo=-2, ldc_pad=2, seed=M + N + K)
+    assert ("K is 0" if K == 0 and M and N else "M or N is 0") in Gemm(M, N, K).impl_info()["decision"]
+    A = np.zeros((M, K), np.uint8)
+    assert gemm(A, np.zeros((K, N), np.int8), ao=7, bo=5, isa=isa_path).shape == (M, N)
+    assert not gemm(A, np.zeros((K, N), np.int8), ao=7, bo=5, isa=isa_path).any()
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -514,7 +533,7 @@ def _call(fn=gemm_u8s8s32, **over):
     (dict(ao=1.5), ValueError, r"^ao: "),
     (dict(bo=128), ValueError, r"^bo: .*128"),
     (dict(bo=-129), ValueError, r"^bo: "),
-    (dict(M=0), ValueError, r"^M: "),
+    (dict(M=-3), ValueError, r"^M: "),
     (dict(N=-1), ValueError, r"^N: "),
     (dict(K=2.0), ValueError, r"^K: "),
     (dict(alpha=float("nan")), ValueError, r"^alpha: "),
