@@ -433,21 +433,49 @@ def _gemm_call(a_type, transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, l
 
 def gemm_u8s8s32(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co, *,
                  policy: str = "exact", isa: str | None = None, threads: int | None = None) -> None:
-    """oneDNN's ``dnnl_gemm_u8s8s32`` on numpy arrays (C is updated in place)."""
+    """oneDNN's ``dnnl_gemm_u8s8s32`` on numpy arrays (C is updated in place).
+
+    The argument list is oneDNN's, row-major; ``co`` holds 1 ('F'), M ('C') or N ('R')
+    offsets. A one-off call builds its GEMM each time: keep a :class:`Gemm` for a loop.
+
+    >>> import numpy as np
+    >>> A, B = np.full((2, 3), 10, np.uint8), np.ones((3, 2), np.int8)
+    >>> C = np.ones((2, 2), np.int32)
+    >>> gemm_u8s8s32("N", "N", "R", 2, 2, 3, 1.0, A, 3, 1, B, 2, 0, 1.0, C, 2, np.int32([100, 200]))
+    >>> C.tolist()                                       # (10 - 1) * 3 + C + co[j]
+    [[128, 228], [128, 228]]
+    """
     _gemm_call("u8", transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co,
                policy, isa, threads)
 
 
 def gemm_s8s8s32(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co, *,
                  policy: str = "exact", isa: str | None = None, threads: int | None = None) -> None:
-    """oneDNN's ``dnnl_gemm_s8s8s32`` on numpy arrays (C is updated in place)."""
+    """oneDNN's ``dnnl_gemm_s8s8s32`` on numpy arrays (C is updated in place).
+
+    >>> import numpy as np
+    >>> A, B = np.array([[127, 127, 0, 0]], np.int8), np.array([[127], [127], [0], [0]], np.int8)
+    >>> C = np.zeros((1, 1), np.int32)
+    >>> gemm_s8s8s32("N", "N", "F", 1, 1, 4, 1.0, A, 4, 0, B, 1, 0, 0.0, C, 1, np.int32([0]))
+    >>> int(C[0, 0])                                     # the seeds' 32258, exact on every path
+    32258
+    """
     _gemm_call("s8", transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co,
                policy, isa, threads)
 
 
 def gemm(A: np.ndarray, B: np.ndarray, *, ao: int = 0, bo: int = 0, policy: str = "exact", isa: str | None = None,
          threads: int | None = None) -> np.ndarray:
-    """numpy-style ``(A - ao) @ (B - bo)`` in int32 for u8/s8 ``A`` (M x K) and s8 ``B`` (K x N)."""
+    """numpy-style ``(A - ao) @ (B - bo)`` in int32 for u8/s8 ``A`` (M x K) and s8 ``B`` (K x N).
+
+    Any layout of ``A`` and ``B`` (they are copied when not row-major); a new C.
+
+    >>> import numpy as np
+    >>> gemm(np.array([[1, 2], [3, 4]], np.uint8), np.array([[1, 0], [0, -1]], np.int8), ao=1).tolist()
+    [[0, -1], [2, -3]]
+    >>> gemm(np.zeros((2, 0), np.uint8), np.zeros((0, 3), np.int8)).tolist()   # K = 0, as numpy
+    [[0, 0, 0], [0, 0, 0]]
+    """
     if not isinstance(A, np.ndarray) or A.ndim != 2:
         raise ValueError(f"A: expected a 2-D numpy array, got {getattr(A, 'shape', type(A).__name__)}")
     if not isinstance(B, np.ndarray) or B.ndim != 2:

@@ -359,6 +359,13 @@ def pool2d(x: np.ndarray, kernel, stride=None, padding=0, alg: str = "max", layo
     ``kernel``/``stride``: an int or ``(h, w)``; stride defaults to the kernel.
     ``padding``: an int, ``(ph, pw)`` (both sides) or ``((top, bottom), (left, right))``.
     ``alg``: ``max``, ``avg_include_padding`` or ``avg_exclude_padding``.
+
+    >>> import numpy as np
+    >>> x = np.arange(16, dtype=np.uint8).reshape(1, 4, 4, 1)
+    >>> pool2d(x, 2)[0, :, :, 0].tolist()
+    [[5, 7], [13, 15]]
+    >>> pool2d(x, 3, stride=1, padding=1, alg="avg_exclude_padding")[0, 0, :, 0].tolist()  # 2.5 -> 2 (even)
+    [2, 3, 4, 4]
     """
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x: expected a numpy array, got {type(x).__name__}")

@@ -361,6 +361,11 @@ def quantize(x, scale, zero_point=0, dt: str = "u8", axis: int | None = None, *,
     ``scale`` and ``zero_point`` are one value, or (with ``axis``) one value per index of
     ``x``'s dimension ``axis``. ``x`` is converted to f32 first. Returns a new array with
     ``x``'s shape.
+
+    >>> quantize([0.0, 0.25, 0.75, 100.0], 0.5, zero_point=128).tolist()   # 128.5 -> 128, 129.5 -> 130
+    [128, 128, 130, 255]
+    >>> quantize([[1.0, 1.0], [1.0, 1.0]], [0.5, 0.25], dt="s8", axis=1).tolist()
+    [[2, 4], [2, 4]]
     """
     if dt not in INT_TYPES:
         raise ValueError(f"dt: expected one of {', '.join(INT_TYPES)}, got {dt!r}")
@@ -369,7 +374,12 @@ def quantize(x, scale, zero_point=0, dt: str = "u8", axis: int | None = None, *,
 
 
 def dequantize(q, scale, zero_point=0, axis: int | None = None, *, isa: str | None = None):
-    """``x = scale * (f32(q) - zero_point)`` in f32 for u8/s8/s32 ``q``, numpy style."""
+    """``x = scale * (f32(q) - zero_point)`` in f32 for u8/s8/s32 ``q``, numpy style.
+
+    >>> import numpy as np
+    >>> dequantize(np.array([128, 130, 255], np.uint8), 0.5, zero_point=128).tolist()
+    [0.0, 1.0, 63.5]
+    """
     q = np.asarray(q)
     if q.dtype not in (np.uint8, np.int8, np.int32):
         raise TypeError(f"q: expected dtype uint8, int8 or int32, got {dtype_text(q.dtype)}")
