@@ -389,9 +389,12 @@ def pool2d(x: np.ndarray, kernel, stride=None, padding=0, alg: str = "max", layo
             raise ValueError(f"kernel: window {k} along {axis} is larger than the padded input {i} + {a} + {b}")
         out.append((i + a + b - k) // s + 1)
     dst_dt = dst_dt or src_dt
-    src_md = desc((n, c, h, w), src_dt, layout)
-    dst_md = desc((n, c, out[0], out[1]), dst_dt, layout)
+    src_md = desc((max(n, 1), max(c, 1), h, w), src_dt, layout)
+    dst_md = desc((max(n, 1), max(c, 1), out[0], out[1]), dst_dt, layout)
     pd = PoolingDesc(alg, src_md, dst_md, stride, kernel, pl, pr, isa=isa, threads=threads)
+    if n == 0 or c == 0:  # an empty batch (or no channels), as numpy allows: checked, nothing to pool
+        shape = (n, out[0], out[1], c) if layout == "nhwc" else (n, c, out[0], out[1])
+        return np.zeros(shape, dst_md.numpy_dtype)
     x = np.ascontiguousarray(x)
     dst = Memory(pd.dst_desc())
     pd.create().execute({SRC: Memory(src_md, x), DST: dst})

@@ -61,7 +61,7 @@ from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.checks import dtype_text
-from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc
+from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc, numpy_dtype
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
@@ -370,7 +370,7 @@ def quantize(x, scale, zero_point=0, dt: str = "u8", axis: int | None = None, *,
     if dt not in INT_TYPES:
         raise ValueError(f"dt: expected one of {', '.join(INT_TYPES)}, got {dt!r}")
     x = np.asarray(x, dtype=np.float32)
-    return _convert(_source(x), dt, axis, None, None, scale, zero_point, isa).reshape(x.shape)
+    return _convert(x, dt, axis, None, None, scale, zero_point, isa)
 
 
 def dequantize(q, scale, zero_point=0, axis: int | None = None, *, isa: str | None = None):
@@ -383,14 +383,13 @@ def dequantize(q, scale, zero_point=0, axis: int | None = None, *, isa: str | No
     q = np.asarray(q)
     if q.dtype not in (np.uint8, np.int8, np.int32):
         raise TypeError(f"q: expected dtype uint8, int8 or int32, got {dtype_text(q.dtype)}")
-    return _convert(_source(q), "f32", axis, scale, zero_point, None, None, isa).reshape(q.shape)
+    return _convert(q, "f32", axis, scale, zero_point, None, None, isa)
 
 
-def _convert(src: Memory, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, isa):
-    md = src.desc
-    dst_md = desc(md.dims, dst_dt, md.tag)
+def _convert(x: np.ndarray, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, isa) -> np.ndarray:
+    dims = x.shape or (1,)
     attr = Attr()
-    args = {SRC: src}
+    args = {}
     for arg, value, kind in ((SRC, src_scale, "scales"), (SRC, src_zp, "zero_points"),
                              (DST, dst_scale, "scales"), (DST, dst_zp, "zero_points")):
         if value is None:
@@ -399,17 +398,23 @@ def _convert(src: Memory, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, is
         arr = np.asarray(value)
         if kind == "zero_points" and arr.size == 1 and not arr.any():
             continue  # zero point 0: skip the subtraction (same bits)
-        mask = _axis_mask(name, axis, md.ndims, value)
+        mask = _axis_mask(name, axis, len(dims), value)
         if kind == "scales":
             attr.set_scales_mask(arg, mask)
-            args[scales(arg)] = check_scales(name, value, mask, md.dims)
+            args[scales(arg)] = check_scales(name, value, mask, dims)
         else:
             attr.set_zero_points_mask(arg, mask)
-            args[zero_points(arg)] = check_zero_points(name, value, mask, md.dims)
+            args[zero_points(arg)] = check_zero_points(name, value, mask, dims)
+    if x.size == 0:  # an empty batch, as numpy allows: its values checked, nothing to convert
+        if isa is not None:
+            isa_mod.check_name(isa, "isa")
+        return np.zeros(x.shape, numpy_dtype(dst_dt))
+    src = _source(x)
+    dst_md = desc(src.desc.dims, dst_dt, src.desc.tag)
     out = Memory(dst_md)
-    args[DST] = out
-    ReorderDesc(md, dst_md, attr, isa).create().execute(args)
-    return out.logical()
+    args[SRC], args[DST] = src, out
+    ReorderDesc(src.desc, dst_md, attr, isa).create().execute(args)
+    return out.logical().reshape(x.shape)
 
 
 __all__ = ["ReorderDesc", "Reorder", "reorder_desc", "quantize", "dequantize"]

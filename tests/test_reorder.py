@@ -442,3 +442,18 @@ def test_quantize_takes_any_dense_or_strided_array():
         ref_kw = dict(dst_scale=[0.1, 0.2, 0.3], dst_scale_mask=1) if x.shape[0] == 3 else dict(dst_scale=[0.1])
         assert q.shape == x.shape
         assert np.array_equal(q, reorder_ref(np.ascontiguousarray(x), "f32", "s8", dst_zp=[3], **ref_kw))
+
+
+def test_empty_arrays_are_checked_and_converted_to_empty():
+    """An empty batch quantizes to an empty array of the type, as numpy would; the scales,
+    zero points and type are still checked against its dims."""
+    q = quantize(np.zeros((0, 3), np.float32), [0.5, 0.25, 1.0], [1, 2, 3], "s8", axis=1)
+    assert q.shape == (0, 3) and q.dtype == np.int8
+    x = dequantize(np.zeros((4, 0), np.int32), 0.5)
+    assert x.shape == (4, 0) and x.dtype == np.float32
+    with pytest.raises(ValueError, match="^scale: got 2 values; expected 3"):
+        quantize(np.zeros((0, 3), np.float32), [0.5, 0.25], axis=1)
+    with pytest.raises(ValueError, match="^dt: "):
+        quantize(np.zeros(0, np.float32), 1.0, dt="u4")
+    with pytest.raises(TypeError, match="^q: "):
+        dequantize(np.zeros(0, np.float32), 1.0)
