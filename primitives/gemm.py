@@ -255,7 +255,7 @@ class Gemm:
         self._plan_cache: tuple | None = None  # (key, plan, comps, shifted A buffer)
 
     # -- creation-time decisions -------------------------------------------------------
-    def _pack(self, B: np.ndarray) -> tuple[PackedB, Choice]:
+    def _pack(self, B: np.ndarray) -> tuple[PackedB | None, Choice]:
         check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
                      self.N if self.transb == "N" else self.K, self.ldb)
         if self._empty:

@@ -290,7 +290,8 @@ def test_base_class_contract():
 def test_pool2d_of_an_empty_batch():
     """No images (or no channels): an empty result of the pooled shape, the window still checked."""
     assert pool2d(np.zeros((0, 5, 7, 3), np.uint8), 2).shape == (0, 2, 3, 3)
-    y = pool2d(np.zeros((2, 0, 5, 5), np.int8), 3, stride=1, padding=1, alg="avg_include_padding", layout="nchw", dst_dt="s32")
+    y = pool2d(np.zeros((2, 0, 5, 5), np.int8), 3, stride=1, padding=1, alg="avg_include_padding",
+               layout="nchw", dst_dt="s32")
     assert y.shape == (2, 0, 5, 5) and y.dtype == np.int32
     with pytest.raises(ValueError, match="^kernel"):
         pool2d(np.zeros((0, 4, 4, 3), np.uint8), 7)
