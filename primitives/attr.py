@@ -210,9 +210,10 @@ def check_zero_points(name: str, values: Any, mask: int, dims: Sequence[int],
     want = _count(mask, dims)
     if flat.size != want:
         raise _count_error(name, flat.size, mask, dims, want)
-    if flat.dtype.kind == "f":
+    if flat.dtype.kind == "f" and flat.size:  # (numpy reads an empty list as f64)
         raise TypeError(f"{name}: expected integer (s32) zero points, got dtype {flat.dtype.name}")
-    if not (flat.dtype == np.int32 and lo <= S32_MIN and hi >= S32_MAX):  # else nothing can be out of range
+    # (an int32 array under s32 bounds, or none at all, cannot be out of range)
+    if flat.size and not (flat.dtype == np.int32 and lo <= S32_MIN and hi >= S32_MAX):
         small = flat.tolist() if flat.size <= 16 else None
         low, high = (min(small), max(small)) if small is not None else (int(flat.min()), int(flat.max()))
         if low < lo or high > hi:
