@@ -96,6 +96,7 @@ class PrimitiveDesc:
     attr: Attr
     isa: str | None = None
     scratchpad_nbytes: int = 0  # bytes of scratchpad the implementation needs
+    empty: str | None = None  # why the primitive has nothing to compute (set_empty), or None
 
     def __init__(self, attr: Attr | None = None, isa: str | None = None) -> None:
         if attr is None:
@@ -194,10 +195,31 @@ class PrimitiveDesc:
         """Allowed zero points of ``arg`` (s32 by default)."""
         return _S32
 
+    def set_empty(self, descs: Mapping[str, MemoryDesc | None], why: str) -> None:
+        """A zero-volume problem, as oneDNN takes one: record ``descs`` (an ``any`` tag
+        becomes the row-major one: there is nothing to pack), ask for no scratchpad, and
+        let ``create()`` give an :class:`EmptyPrimitive`, which checks its arguments and
+        writes nothing. Call it after every check of the descriptors and attributes."""
+        self.set_plain_descs(descs)
+        self.scratchpad_nbytes = 0
+        self.empty = why
+
+    def set_plain_descs(self, descs: Mapping[str, MemoryDesc | None]) -> None:
+        """Record ``descs``, an ``any`` tag made the row-major one."""
+        for name, md in descs.items():
+            if md is not None and md.is_any:
+                md = md.with_tag("".join(chr(97 + i) for i in range(md.ndims)))
+            self._set_desc(name, md)
+
     # -- implementation -----------------------------------------------------------------
     def impl_info(self) -> dict[str, Any]:
         """Which implementation was chosen and why; subclasses add their details."""
         return {"kind": self.kind, "impl": type(self).__name__, "isa": self.isa}
+
+    def empty_info(self) -> dict[str, Any]:
+        """``impl_info()`` of a zero-volume descriptor (see :meth:`set_empty`)."""
+        return {"kind": self.kind, "impl": "zero_volume", "isa": self.isa, "exact": True,
+                "decision": self.empty}
 
     def impl_name(self) -> str:
         info = self.impl_info() or {}
@@ -235,7 +257,7 @@ class PrimitiveDesc:
         return self.primitive_class(self)
 
     def _build(self) -> "Primitive":
-        prim = self._create_primitive()
+        prim = EmptyPrimitive(self) if self.empty is not None else self._create_primitive()
         if not isinstance(prim, Primitive):
             raise TypeError(f"{type(self).__name__}._create_primitive() returned {type(prim).__name__}, "
                             "expected a Primitive")
@@ -484,6 +506,18 @@ class Primitive:
         return f"<{type(self).__name__} of {self.pd!r}>"
 
 
+class EmptyPrimitive(Primitive):
+    """The primitive of a zero-volume descriptor: ``execute`` checks the arguments as
+    every primitive's does (shapes, types, scales, zero points), then writes nothing."""
+
+    def _execute(self, mem: dict[str, Memory], scratchpad: np.ndarray | None) -> "Replay":
+        return Replay(_nothing)
+
+
+def _nothing() -> None:
+    pass
+
+
 def slot_key(args: Mapping[str, Any]) -> int | None:
     """Which slot an argument set takes: its packed weights' identity (a network's layer:
     its constant weights, packed once), or None, one slot shared by every other set
@@ -661,7 +695,7 @@ class _ArgSpec:
                     return None
                 if kind == "scales" and not np.isfinite(value).all():
                     return None
-                if kind == "zero_points" and (value.min() < lo or value.max() > hi):
+                if kind == "zero_points" and value.size and (value.min() < lo or value.max() > hi):
                     return None
                 if kind == "output" and not value.flags.writeable:
                     return None
@@ -695,4 +729,4 @@ class _ArgSpec:
         return table
 
 
-__all__ = ["PrimitiveDesc", "Primitive", "Replay", "check_descs"]
+__all__ = ["PrimitiveDesc", "Primitive", "EmptyPrimitive", "Replay", "check_descs"]

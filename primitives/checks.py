@@ -27,6 +27,23 @@ def check_dim(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_no_zero_dim(name: str, md, zero_ok: tuple[int, ...], rule: str) -> None:
+    """Refuse a descriptor with a 0 in a dim outside ``zero_ok`` (the dims a primitive
+    runs as a no-op when 0, as oneDNN does); ``rule`` says which those are.
+
+    >>> from primitives.memory import desc
+    >>> rule = "inner_product takes a 0 only in the batch"
+    >>> check_no_zero_dim("src", desc((0, 3), "u8", "ab"), (0,), rule)
+    >>> check_no_zero_dim("src", desc((2, 0), "u8", "ab"), (0,), rule)
+    Traceback (most recent call last):
+    ...
+    ValueError: src: dimension 1 is 0 (dims (2, 0)); inner_product takes a 0 only in the batch
+    """
+    for i, d in enumerate(md.dims):
+        if d == 0 and i not in zero_ok:
+            raise ValueError(f"{name}: dimension {i} is 0 (dims {md.dims}); {rule}")
+
+
 def check_int_range(name: str, value, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
         raise ValueError(f"{name}: expected an integer in [{lo}, {hi}], got {value!r}")

@@ -64,6 +64,7 @@ from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
+from primitives.checks import check_no_zero_dim
 from primitives.gemm import Choice, fast_path
 from primitives import conv_blocking as blocking
 from primitives.conv_blocking import b_tile_bytes, column_chunks, conv_tile, edges_pay, flat_tile_rows, strips_pay
@@ -111,7 +112,7 @@ class ConvolutionDesc(PrimitiveDesc):
         # names what it does not take); the general path does everything else.
         if cls is ConvolutionDesc and isinstance(weights_md, MemoryDesc) and isinstance(src_md, MemoryDesc) \
                 and weights_md.ndims == src_md.ndims + 1 and weights_md.dims[1:3] == (1, 1) \
-                and weights_md.dims[0] == src_md.dims[1] > 1:
+                and weights_md.dims[0] == src_md.dims[1] > 1 and src_md.dims[0] > 0:
             try:
                 from primitives.conv_depthwise import DepthwiseConvDesc
             except ImportError:
@@ -142,6 +143,8 @@ class ConvolutionDesc(PrimitiveDesc):
         padding_r = _tuple("padding_r", padding_l if padding_r is None else padding_r, sp, 0)
         dilation = _tuple("dilation", (0,) * sp if dilation is None else dilation, sp, 0)
         N, IC = src_md.dims[:2]
+        check_no_zero_dim("src", src_md, (0,), "convolution takes a 0 only in the batch")
+        check_no_zero_dim("weights", weights_md, (), "convolution takes a 0 only in src's batch")
         grouped = weights_md.ndims == nd + 1
         if weights_md.ndims not in (nd, nd + 1):
             raise ValueError(f"weights: expected (OC, IC, {', '.join('K' * sp)}) or (G, OC/G, IC/G, ...) dims, "
@@ -204,6 +207,10 @@ class ConvolutionDesc(PrimitiveDesc):
         plan = output_plan(attr, dst_md, bias_md, lambda src1, i: _broadcast(src1, dst_md, i), extra_scale=self.halve,
                            col_comp=column_compensation(attr, src_md.dt))
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
+        if N == 0:
+            self.set_empty({SRC: src_md, WEIGHTS: weights_md, DST: dst_md, BIAS: bias_md},
+                           f"zero volume: a batch of 0, dst {dst_md.dims}, so nothing is written")
+            return
         if weights_md.is_any:
             weights_md = packed_desc(weights_md.dims, "s8", self._layout, self._layout.nbytes())
         for name, md in ((SRC, src_md), (WEIGHTS, weights_md), (DST, dst_md), (BIAS, bias_md)):
@@ -347,6 +354,8 @@ class ConvolutionDesc(PrimitiveDesc):
         return (self.geometry,)
 
     def impl_info(self) -> dict:
+        if self.empty is not None:
+            return self.empty_info()
         kspec = self._kernel_for(self.fast).meta["kspec"]
         return {"kind": self.kind, "impl": f"brgemm:{kspec.path.isa}:{kspec.path.kind}", "isa": self.isa,
                 "policy": self.attr.policy, "exact": self.fast.exact_under(self.attr.policy) and not self.halve,

@@ -66,7 +66,7 @@ from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS,
 from jit.output import OutputSpec
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
-from primitives.checks import check_disjoint
+from primitives.checks import check_disjoint, check_no_zero_dim
 from primitives.pipeline import dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, keyed_slot, slot_key
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
@@ -267,6 +267,8 @@ class DepthwiseConvDesc(PrimitiveDesc):
         if src_md.dt not in ("u8", "s8"):
             raise ValueError(f"src: expected a u8 or s8 source, got {src_md.dt!r}")
         N, C, IH, IW = src_md.dims
+        for name, md in (("src", src_md), ("weights", weights_md)):
+            check_no_zero_dim(name, md, (), "DepthwiseConvDesc takes no 0 (ConvolutionDesc takes a batch of 0)")
         if weights_md.dt != "s8":
             raise ValueError(f"weights: expected s8 weights, got {weights_md.dt!r}")
         wd = weights_md.dims

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +42,8 @@ from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
-from primitives.memory import Memory, MemoryDesc, packed_desc
+from primitives.checks import check_no_zero_dim
+from primitives.memory import Memory, MemoryDesc, desc, packed_desc
 from primitives import verbose
 from runtime import isa as isa_mod
 from runtime.ffi import pointer_to
@@ -103,6 +105,8 @@ class WeightsLayout:
 class _GemmBasedDesc(PrimitiveDesc):
     """What matmul and inner product share: attributes, output stage, weights layout."""
 
+    _k_zero: "MatmulDesc | None" = None  # a matmul with K = 0: the K = 1 one it runs (_zero_k)
+
     def _start(self, attr, isa, threads, src_md, weights_md, dst_md, bias_md) -> None:
         """The checks both constructors begin with (each then checks its own dims)."""
         PrimitiveDesc.__init__(self, attr, isa)
@@ -135,6 +139,13 @@ class _GemmBasedDesc(PrimitiveDesc):
                            col_comp=column_compensation(attr, src_md.dt))
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_s8 = src_md.dt == "s8"
+        descs = {SRC: src_md, WEIGHTS: weights_md, DST: dst_md, BIAS: bias_md}
+        if M * N * batch == 0:
+            self.set_empty(descs, f"zero volume: dst {dst_md.dims} has no elements, so nothing is written")
+            return
+        if K == 0:  # (an inner product refuses it, as oneDNN's does)
+            self._zero_k(descs)
+            return
         # Every kernel the weights can take (exact without VNNI: VPMADDUBSW or widening),
         # made now, so creation pays the code generation (or the disk cache) and no
         # execution does.
@@ -155,6 +166,20 @@ class _GemmBasedDesc(PrimitiveDesc):
         self.scratchpad_nbytes = 4 * 4 * tiles + (4 * M * batch if K < 4 else 0)
         verbose.dispatch(self.kind, self.impl_name(), "chosen: " + self.fast.reason) \
             if verbose.enabled("dispatch") else None
+
+    def _zero_k(self, descs: dict) -> None:
+        """K = 0: no product, so dst is the output stage applied to 0 (scales, bias,
+        post-ops, zero point), as numpy's matmul and int8jit's GEMM take it (oneDNN's
+        matmul writes nothing). It runs as a K = 1 matmul over zeros: the one output
+        stage every matmul has, bits included."""
+        self.set_plain_descs(descs)
+        src, weights, dst = descs[SRC], descs[WEIGHTS], descs[DST]
+        plain = "abc"[:src.ndims]
+        self._k_zero = MatmulDesc(desc(src.dims[:-1] + (1,), src.dt, plain),
+                                  desc(weights.dims[:-2] + (1, self.N), "s8", plain), dst, descs[BIAS],
+                                  attr=self.attr, isa=self.isa, threads=self.threads)
+        # (a library scratchpad: the K = 1 primitive's own)
+        self.scratchpad_nbytes = self._k_zero.scratchpad_nbytes if self.attr.scratchpad_mode == "user" else 0
 
     def _broadcast(self, src1: MemoryDesc, dst_md: MemoryDesc, index: int) -> str:
         if src1.dt != "f32":
@@ -183,6 +208,11 @@ class _GemmBasedDesc(PrimitiveDesc):
         return (self.kind,)
 
     def impl_info(self) -> dict:
+        if self.empty is not None:
+            return self.empty_info()
+        if self._k_zero is not None:
+            return {**self._k_zero.impl_info(), "shape": (self.batch, self.M, self.N, 0),
+                    "decision": "K = 0: dst = the output stage of 0, run as a K = 1 matmul over zeros"}
         kspec = self._kernel_for(self.fast).meta["kspec"]
         return {"kind": self.kind, "impl": f"gemm:{kspec.path.isa}:{kspec.path.kind}", "isa": self.isa,
                 "policy": self.attr.policy, "exact": self.fast.exact_under(self.attr.policy),
@@ -191,7 +221,7 @@ class _GemmBasedDesc(PrimitiveDesc):
                 "output": self.output, "kernels": [self._kernel_for(c).meta["kspec"].name for c in self._choices]}
 
     def _create_primitive(self):
-        return _GemmBasedPrimitive(self)
+        return _GemmBasedPrimitive(self) if self._k_zero is None else _ZeroK(self)
 
 
 class MatmulDesc(_GemmBasedDesc):
@@ -263,11 +293,30 @@ class InnerProductDesc(_GemmBasedDesc):
             dst_md = dst_md.with_tag("ab")
         _check("src", src_md, src_md.is_plain and src_md.perm[0] == 0, "a plain tag with N outermost")
         _check("dst", dst_md, dst_md.is_plain and dst_md.perm == (0, 1), "a row-major (nc) dst")
-        K = src_md.size // M
+        check_no_zero_dim("weights", weights_md, (), "inner_product takes a 0 only in the batch (src's dim 0), "
+                          "as oneDNN's does")
+        K = math.prod(src_md.dims[1:])
         # The kernel's K runs in src's memory order; the weights follow it, then OC last.
         order = tuple(src_md.perm[1:]) + (0,)
         self.weights_batch = 1
         self._setup(M, K, OC, src_md, weights_md, dst_md, bias_md, order, 1)
+
+
+class _ZeroK(Primitive):
+    """A matmul with K = 0 (``_GemmBasedDesc._zero_k``): its K = 1 matmul over zeros,
+    made at creation, on the caller's dst and attribute arguments."""
+
+    def __init__(self, pd: _GemmBasedDesc):
+        super().__init__(pd)
+        one = pd._k_zero
+        self._one = one.create()
+        self._zeros = {name: np.zeros(one.query(name).dims, one.query(name).numpy_dtype) for name in (SRC, WEIGHTS)}
+
+    def _execute(self, mem: dict, scratchpad) -> None:
+        args = {**mem, **self._zeros}
+        if scratchpad is not None:  # (scratchpad mode user)
+            args["scratchpad"] = scratchpad
+        self._one.execute(args)
 
 
 class _GemmBasedPrimitive(GemmKernels, Primitive):

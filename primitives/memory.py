@@ -382,7 +382,10 @@ class MemoryDesc:
 
 
 def desc(dims: Sequence[int] | int, dt: str, tag: str = ANY) -> MemoryDesc:
-    """A validated plain (or ``any``) descriptor: dims positive integers, dt and tag known.
+    """A validated plain (or ``any``) descriptor: dims non-negative integers, dt and tag known.
+
+    A dim of 0 makes a zero-volume tensor, as in oneDNN: each primitive says which of
+    its dims may be 0 (a batch, say) and runs such a problem as a no-op.
 
     >>> desc((2, 3), "s8", "ab").strides
     (3, 1)
@@ -394,10 +397,10 @@ def desc(dims: Sequence[int] | int, dt: str, tag: str = ANY) -> MemoryDesc:
     if isinstance(dims, (int, np.integer)) and not isinstance(dims, bool):
         dims = (dims,)
     if not isinstance(dims, (tuple, list)) or not dims:
-        raise ValueError(f"dims: expected a non-empty tuple of positive integers, got {dims!r}")
+        raise ValueError(f"dims: expected a non-empty tuple of non-negative integers, got {dims!r}")
     for i, d in enumerate(dims):
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
-            raise ValueError(f"dims: dimension {i} is {d!r}; expected a positive integer (dims {tuple(dims)!r})")
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise ValueError(f"dims: dimension {i} is {d!r}; expected a non-negative integer (dims {tuple(dims)!r})")
     if isinstance(tag, str) and tag.strip().lower() == PACKED:
         raise ValueError("tag: 'packed' descriptors come from an implementation (packed_desc), not from users")
     return MemoryDesc(tuple(dims), check_dt(dt), tag)
@@ -543,7 +546,8 @@ class Memory:
             return array.reshape(shape)  # C-contiguous: a view, never a copy
         if md.is_plain and array.shape == md.dims:
             want = tuple(s * array.itemsize for s in md.strides)
-            if all(a == w or d == 1 for a, w, d in zip(array.strides, want, md.dims)):
+            # (an empty array's strides say nothing: numpy may give it any)
+            if array.size == 0 or all(a == w or d == 1 for a, w, d in zip(array.strides, want, md.dims)):
                 view = array.transpose(md.perm)
                 if view.flags.c_contiguous:
                     return view

@@ -46,6 +46,7 @@ from jit.dot import fast_path
 from jit.pooling_kernel import ARGS_CDEF, S16_WINDOW, SIGNATURE, UNROLLED, PoolKernelSpec
 from primitives.attr import Attr
 from primitives.base import Primitive, PrimitiveDesc, Replay
+from primitives.checks import check_no_zero_dim
 from primitives.memory import Memory, MemoryDesc, desc
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
@@ -139,6 +140,30 @@ def kernel_spec(isa: str, alg: str, src_dt: str, dst_dt: str, kh: int, kw: int) 
     return PoolKernelSpec(isa, alg, src_dt, dst_dt, kw=unrolled_w, kh=unrolled_h, s16_sums=s16)
 
 
+def pooled_dims(spatial, kernel, strides, padding_l, padding_r) -> tuple[int, ...]:
+    """The output's spatial dims; a ValueError naming the argument where a window would
+    not fit the padded input, or would lie wholly in the padding (oneDNN refuses both).
+
+    >>> pooled_dims((112, 112), (3, 3), (2, 2), (1, 1), (1, 1))
+    (56, 56)
+    """
+    names = ("H", "W")[-len(spatial):]
+    outs = []
+    for d, (i, k, s, pl, pr) in enumerate(zip(spatial, kernel, strides, padding_l, padding_r)):
+        if k > i + pl + pr:
+            raise ValueError(f"kernel: window {k} along {names[d]} is larger than the padded input "
+                             f"{i} + {pl} + {pr} = {i + pl + pr}")
+        if pl >= k:
+            raise ValueError(f"padding_l: {pl} along {names[d]} is not smaller than the kernel {k}; "
+                             "the first window would lie entirely in the padding")
+        o = (i + pl + pr - k) // s + 1
+        if (o - 1) * s - pl >= i:
+            raise ValueError(f"padding_r: {pr} along {names[d]} makes the last window (start "
+                             f"{(o - 1) * s - pl}) lie entirely in the padding of an input of {i}")
+        outs.append(o)
+    return tuple(outs)
+
+
 class PoolingDesc(PrimitiveDesc):
     """A validated pooling problem: ``PoolingDesc(alg, src_desc, dst_desc, strides, kernel,
     padding_l, padding_r, attr=None, isa=None)``; ``.create()`` gives the primitive.
@@ -170,26 +195,13 @@ class PoolingDesc(PrimitiveDesc):
         if src.tag not in (CHANNELS_LAST[src.ndims], CHANNELS_FIRST[src.ndims]):
             raise ValueError(f"src_desc: tag {src.tag!r} is not supported; expected "
                              f"{CHANNELS_LAST[src.ndims]!r} (channels last) or {CHANNELS_FIRST[src.ndims]!r}")
+        check_no_zero_dim("src_desc", src, (0, 1), "pooling takes a 0 only in the batch and the channels")
         kernel = _ints("kernel", kernel, nd, 1)
         strides = _ints("strides", strides, nd, 1)
         padding_l = _ints("padding_l", padding_l, nd, 0)
         padding_r = _ints("padding_r", padding_r, nd, 0)
         spatial = src.dims[2:]
-        names = ("H", "W")[-nd:]
-        outs = []
-        for d in range(nd):
-            i, k, s, pl, pr = spatial[d], kernel[d], strides[d], padding_l[d], padding_r[d]
-            if k > i + pl + pr:
-                raise ValueError(f"kernel: window {k} along {names[d]} is larger than the padded input "
-                                 f"{i} + {pl} + {pr} = {i + pl + pr}")
-            if pl >= k:
-                raise ValueError(f"padding_l: {pl} along {names[d]} is not smaller than the kernel {k}; "
-                                 "the first window would lie entirely in the padding")
-            o = (i + pl + pr - k) // s + 1
-            if (o - 1) * s - pl >= i:
-                raise ValueError(f"padding_r: {pr} along {names[d]} makes the last window (start "
-                                 f"{(o - 1) * s - pl}) lie entirely in the padding of an input of {i}")
-            outs.append(o)
+        outs = pooled_dims(spatial, kernel, strides, padding_l, padding_r)
         want_dims = src.dims[:2] + tuple(outs)
         if dst.dims != want_dims:
             raise ValueError(f"dst_desc: dims {dst.dims} do not match the pooled shape {want_dims} "
@@ -216,6 +228,8 @@ class PoolingDesc(PrimitiveDesc):
             ow=outs[-1], kh=(h + kernel)[0], kw=kernel[-1], sh=(h + strides)[0], sw=strides[-1],
             pt=padding_l[0] if nd == 2 else 0, pl=padding_l[-1])
         self.spec = kernel_spec(self.isa, self.alg, src.dt, dst.dt, self._geo.kh, self._geo.kw)
+        if src.size == 0:
+            self.set_empty({SRC: src, DST: dst}, f"zero volume: dst {dst.dims} has no elements, so nothing is written")
 
     # -- queries (src_desc, dst_desc, scratchpad_desc: PrimitiveDesc's) -------------------
     def _route(self) -> str:
@@ -224,6 +238,8 @@ class PoolingDesc(PrimitiveDesc):
         return "nchw_as_c1" if self._geo.c < NCHW_TRANSPOSE_MIN_C else "nchw_transpose"
 
     def impl_info(self) -> dict:
+        if self.empty is not None:
+            return self.empty_info()
         route = self._route()
         why = {
             "nhwc": "channels last: channels are the vector dimension",
@@ -382,19 +398,10 @@ def pool2d(x: np.ndarray, kernel, stride=None, padding=0, alg: str = "max", layo
     stride = kernel if stride is None else _ints("stride", stride, 2, 1)
     pl, pr = _spatial_pairs("padding", padding, 2)
     pl, pr = _ints("padding", pl, 2, 0), _ints("padding", pr, 2, 0)
-    out = []
-    for d, (i, axis) in enumerate(((h, "H"), (w, "W"))):
-        k, s, a, b = kernel[d], stride[d], pl[d], pr[d]
-        if k > i + a + b:
-            raise ValueError(f"kernel: window {k} along {axis} is larger than the padded input {i} + {a} + {b}")
-        out.append((i + a + b - k) // s + 1)
-    dst_dt = dst_dt or src_dt
-    src_md = desc((max(n, 1), max(c, 1), h, w), src_dt, layout)
-    dst_md = desc((max(n, 1), max(c, 1), out[0], out[1]), dst_dt, layout)
+    out = pooled_dims((h, w), kernel, stride, pl, pr)
+    src_md = desc((n, c, h, w), src_dt, layout)
+    dst_md = desc((n, c) + out, dst_dt or src_dt, layout)
     pd = PoolingDesc(alg, src_md, dst_md, stride, kernel, pl, pr, isa=isa, threads=threads)
-    if n == 0 or c == 0:  # an empty batch (or no channels), as numpy allows: checked, nothing to pool
-        shape = (n, out[0], out[1], c) if layout == "nhwc" else (n, c, out[0], out[1])
-        return np.zeros(shape, dst_md.numpy_dtype)
     x = np.ascontiguousarray(x)
     dst = Memory(pd.dst_desc())
     pd.create().execute({SRC: Memory(src_md, x), DST: dst})
@@ -431,4 +438,4 @@ def bench_case(n: int = 1, c: int = 64, h: int = 112, w: int = 112, kernel: int 
     return run, x.nbytes + y.nbytes, numpy_run
 
 
-__all__ = ["ALGS", "PoolingDesc", "Pooling", "pooling_desc", "pool2d", "check_alg", "bench_case"]
+__all__ = ["ALGS", "PoolingDesc", "Pooling", "pooling_desc", "pooled_dims", "pool2d", "check_alg", "bench_case"]

@@ -61,7 +61,7 @@ from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.checks import dtype_text
-from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc, numpy_dtype
+from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
@@ -130,6 +130,9 @@ class ReorderDesc(PrimitiveDesc):
         self._masks = {name: (self.attr.scales_mask(arg) if kind == "scales" else self.attr.zero_points_mask(arg))
                        for name, arg, kind in _ATTR_ARGS}
         self._inner: ReorderDesc | None = None
+        if src_desc.size == 0:
+            self.set_empty({SRC: src_desc, DST: dst_desc}, f"zero volume: dims {src_desc.dims}, nothing to convert")
+            return
         if dst_desc.is_packed:
             pack = getattr(dst_desc.layout, "pack", None)
             if not callable(pack):
@@ -148,6 +151,8 @@ class ReorderDesc(PrimitiveDesc):
 
     def impl_info(self) -> dict:
         """Which implementation runs and why."""
+        if self.empty is not None:
+            return self.empty_info()
         if self._inner is not None:
             inner = self._inner.impl_info()
             return {"primitive": "reorder", "impl": f"{inner['impl']}+pack", "isa": self.isa,
@@ -405,10 +410,6 @@ def _convert(x: np.ndarray, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, 
         else:
             attr.set_zero_points_mask(arg, mask)
             args[zero_points(arg)] = check_zero_points(name, value, mask, dims)
-    if x.size == 0:  # an empty batch, as numpy allows: its values checked, nothing to convert
-        if isa is not None:
-            isa_mod.check_name(isa, "isa")
-        return np.zeros(x.shape, numpy_dtype(dst_dt))
     src = _source(x)
     dst_md = desc(src.desc.dims, dst_dt, src.desc.tag)
     out = Memory(dst_md)
