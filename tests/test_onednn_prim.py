@@ -215,3 +215,95 @@ def test_non_vnni_convolution_against_onednn(isa):
             assert out["exact"][1] > 0 and out["halve_weights"][1] > 0, out
     finally:
         srv.close()
+
+
+# Zero-volume problems: (name, primitive, src dims, weights dims, dst dims). The child
+# creates and runs each with oneDNN (dst filled with 7s first) and prints what happened.
+_ZERO_CASES = [
+    ("matmul M=0", "matmul", (0, 4), (4, 3), (0, 3)), ("matmul N=0", "matmul", (2, 4), (4, 0), (2, 0)),
+    ("matmul K=0", "matmul", (2, 0), (0, 3), (2, 3)), ("matmul batch 0", "matmul", (0, 2, 3), (1, 3, 4), (0, 2, 4)),
+    ("ip MB=0", "ip", (0, 4), (3, 4), (0, 3)), ("ip K=0", "ip", (2, 0), (3, 0), (2, 3)),
+    ("ip OC=0", "ip", (2, 4), (0, 4), (2, 0)),
+    ("conv N=0", "conv", (0, 4, 5, 5), (3, 4, 3, 3), (0, 3, 3, 3)),
+    ("conv IC=0", "conv", (1, 0, 5, 5), (3, 0, 3, 3), (1, 3, 3, 3)),
+    ("conv OC=0", "conv", (1, 4, 5, 5), (0, 4, 3, 3), (1, 0, 3, 3)),
+    ("conv H=0", "conv", (1, 4, 0, 5), (3, 4, 1, 1), (1, 3, 0, 5)),
+    ("pool N=0", "pool", (0, 3, 4, 4), None, (0, 3, 3, 3)), ("pool C=0", "pool", (1, 0, 4, 4), None, (1, 0, 3, 3)),
+    ("reorder 0 rows", "reorder", (0, 4), None, (0, 4)),
+]
+_TAGS = {2: "ab", 3: "abc", 4: "nhwc"}
+
+_ZERO_CHILD = r"""
+import json, numpy as np
+from tools import onednn_prim as dp
+out = {}
+for name, prim, s, w, d in CASES:
+    tag = {2: "ab", 3: "abc", 4: "nhwc"}
+    try:
+        if prim == "matmul":
+            p = dp.matmul(dp.md(s, "u8", tag[len(s)]), dp.md(w, "s8", tag[len(w)]), dp.md(d, "s32", tag[len(d)]))
+        elif prim == "ip":
+            p = dp.inner_product(dp.md(s, "u8", "ab"), dp.md(w, "s8", "ab"), dp.md(d, "s32", "ab"))
+        elif prim == "conv":
+            p = dp.convolution(dp.md(s, "u8", "nhwc"), dp.md(w, "s8", "oihw"), dp.md(d, "s32", "nhwc"),
+                               strides=(1, 1), padding_l=(0, 0), padding_r=(0, 0))
+        elif prim == "pool":
+            p = dp.pooling("max", dp.md(s, "u8", "nhwc"), dp.md(d, "u8", "nhwc"), strides=(1, 1), kernel=(2, 2),
+                           padding_l=(0, 0), padding_r=(0, 0))
+        else:
+            p = dp.reorder(dp.md(s, "f32", "ab"), dp.md(d, "u8", "ab"))
+    except dp.OneDNNError:
+        out[name] = "refused"
+        continue
+    phys = lambda dims: tuple(dims[i] for i in ((0, 2, 3, 1) if len(dims) == 4 else range(len(dims))))
+    dst = np.full(phys(d), 7, np.uint8 if prim in ("pool", "reorder") else np.int32)
+    args = {"src": np.zeros(phys(s), np.float32 if prim == "reorder" else np.uint8), "dst": dst}
+    if w is not None:
+        args["weights"] = np.zeros(w, np.int8)
+    p.bind(args)()
+    out[name] = "no-op" if (dst == 7).all() else "wrote"
+print(json.dumps(out))
+"""
+
+
+def _int8jit_zero_case(prim, s, w, d) -> str:
+    from primitives.conv import ConvolutionDesc
+    from primitives.matmul import InnerProductDesc, MatmulDesc
+    from primitives.memory import desc
+    from primitives.pooling import PoolingDesc
+    from primitives.reorder import ReorderDesc
+
+    try:
+        if prim == "matmul":
+            pd = MatmulDesc(desc(s, "u8", _TAGS[len(s)]), desc(w, "s8", _TAGS[len(w)]), desc(d, "s32", _TAGS[len(d)]))
+        elif prim == "ip":
+            pd = InnerProductDesc(desc(s, "u8", "ab"), desc(w, "s8", "ab"), desc(d, "s32", "ab"))
+        elif prim == "conv":
+            pd = ConvolutionDesc(desc(s, "u8", "nhwc"), desc(w, "s8", "oihw"), desc(d, "s32", "nhwc"))
+        elif prim == "pool":
+            pd = PoolingDesc("max", desc(s, "u8", "nhwc"), desc(d, "u8", "nhwc"), 1, 2, 0, 0)
+        else:
+            pd = ReorderDesc(desc(s, "f32", "ab"), desc(d, "u8", "ab"))
+    except ValueError:
+        return "refused"
+    dst = np.full(pd.dst_desc().physical_shape, 7, pd.dst_desc().numpy_dtype)
+    args = {"src": np.zeros(pd.src_desc().physical_shape, pd.src_desc().numpy_dtype), "dst": dst}
+    if w is not None:
+        args["weights"] = np.zeros(w, np.int8)
+    pd.create().execute(args)
+    return "no-op" if (dst == 7).all() else "wrote"
+
+
+def test_zero_volume_problems_as_onednn_takes_them():
+    """int8jit takes a 0 where oneDNN 3.2 does and runs such a primitive as a no-op; two
+    differences, by choice (README, numerics contract): a matmul with K = 0 writes the
+    output stage of 0 (here 0s: numpy's answer; oneDNN leaves dst as it was), and a
+    convolution refuses a spatial 0 (oneDNN takes one where the output is empty too)."""
+    proc = _run_child(f"CASES = {_ZERO_CASES!r}\n" + _ZERO_CHILD)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    mine = {name: _int8jit_zero_case(prim, s, w, d) for name, prim, s, w, d in _ZERO_CASES}
+    differ = {name: (mine[name], theirs[name]) for name in mine if mine[name] != theirs[name]}
+    assert differ == {"matmul K=0": ("wrote", "no-op"), "conv H=0": ("refused", "no-op")}, (mine, theirs)
+    assert sorted(n for n, v in mine.items() if v == "refused") == ["conv H=0", "conv IC=0", "conv OC=0", "ip K=0",
+                                                                    "ip OC=0"]
