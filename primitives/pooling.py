@@ -142,7 +142,7 @@ def kernel_spec(isa: str, alg: str, src_dt: str, dst_dt: str, kh: int, kw: int) 
 
 def pooled_dims(spatial, kernel, strides, padding_l, padding_r) -> tuple[int, ...]:
     """The output's spatial dims; a ValueError naming the argument where a window would
-    not fit the padded input, or would lie wholly in the padding (oneDNN refuses both).
+    not fit the padded input, or would lie wholly in the padding.
 
     >>> pooled_dims((112, 112), (3, 3), (2, 2), (1, 1), (1, 1))
     (56, 56)
