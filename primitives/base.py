@@ -69,7 +69,7 @@ from primitives import primitive_cache, verbose
 from primitives.attr import (BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Attr, check_scales,
                              check_zero_points, expected_count)
 from primitives.checks import check_disjoint
-from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc
+from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc, identity_tag
 
 _TENSOR_ARGS = (SRC, WEIGHTS, BIAS, DST)
 # Argument sets a thread keeps set up per primitive: identical descriptors share one
@@ -208,7 +208,7 @@ class PrimitiveDesc:
         """Record ``descs``, an ``any`` tag made the row-major one."""
         for name, md in descs.items():
             if md is not None and md.is_any:
-                md = md.with_tag("".join(chr(97 + i) for i in range(md.ndims)))
+                md = md.with_tag(identity_tag(md.ndims))
             self._set_desc(name, md)
 
     # -- implementation -----------------------------------------------------------------

@@ -43,7 +43,7 @@ from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
 from primitives.checks import check_no_zero_dim
-from primitives.memory import Memory, MemoryDesc, desc, packed_desc
+from primitives.memory import Memory, MemoryDesc, desc, identity_tag, packed_desc
 from primitives import verbose
 from runtime import isa as isa_mod
 from runtime.ffi import pointer_to
@@ -174,7 +174,7 @@ class _GemmBasedDesc(PrimitiveDesc):
         stage every matmul has, bits included."""
         self.set_plain_descs(descs)
         src, weights, dst = descs[SRC], descs[WEIGHTS], descs[DST]
-        plain = "abc"[:src.ndims]
+        plain = identity_tag(src.ndims)
         self._k_zero = MatmulDesc(desc(src.dims[:-1] + (1,), src.dt, plain),
                                   desc(weights.dims[:-2] + (1, self.N), "s8", plain), dst, descs[BIAS],
                                   attr=self.attr, isa=self.isa, threads=self.threads)

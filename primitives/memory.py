@@ -176,7 +176,8 @@ def round_to_bf16(x: Any) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- format tags
 
-def _identity_tag(ndims: int) -> str:
+def identity_tag(ndims: int) -> str:
+    """The row-major tag of ``ndims`` dims: ``"ab"``, ``"abcd"``..."""
     return "".join(chr(ord("a") + i) for i in range(ndims))
 
 
@@ -192,15 +193,15 @@ def normalize_tag(tag: Any, ndims: int, name: str = "tag") -> str:
     if t in (ANY, PACKED):
         return t
     letters = TAG_ALIASES.get(t, t)
-    if not letters or not letters.isalpha() or sorted(letters) != list(_identity_tag(len(letters))):
+    if not letters or not letters.isalpha() or sorted(letters) != list(identity_tag(len(letters))):
         raise ValueError(
             f"{name}: {tag!r} is not a format tag; expected 'any', an alias "
             f"({', '.join(sorted(TAG_ALIASES))}) or distinct letters 'a', 'b', ... in memory order "
-            f"such as {_identity_tag(max(ndims, 1))!r}")
+            f"such as {identity_tag(max(ndims, 1))!r}")
     if len(letters) != ndims:
         shown = f"{tag!r}" + (f" (= {letters!r})" if letters != t else "")
         raise ValueError(f"{name}: {shown} describes {len(letters)} dimensions but the tensor has {ndims}; "
-                         f"expected a tag of {ndims} letters such as {_identity_tag(ndims)!r}")
+                         f"expected a tag of {ndims} letters such as {identity_tag(ndims)!r}")
     return letters
 
 
@@ -478,7 +479,7 @@ def huge_page_zeros(nbytes: int) -> np.ndarray:
 def _tag_of_array(array: np.ndarray, name: str) -> str:
     """The plain tag under which a dense (possibly transposed) array lies in memory."""
     if array.flags.c_contiguous:
-        return _identity_tag(array.ndim)
+        return identity_tag(array.ndim)
     item = array.itemsize
     # Memory order = logical dims by decreasing stride; dims of extent 1 do not matter.
     order = sorted(range(array.ndim), key=lambda i: (-array.strides[i], i))
@@ -642,6 +643,6 @@ __all__ = [
     "DATA_TYPES", "INT_RANGES", "ALIGNMENT", "MAX_NDIMS", "ANY", "PACKED", "TAG_ALIASES",
     "check_dt", "numpy_dtype", "data_type_of", "itemsize", "dt_range",
     "f32_to_bf16", "bf16_to_f32", "round_to_bf16",
-    "normalize_tag", "tag_of_perm", "MemoryDesc", "desc", "packed_desc", "bytes_desc",
+    "identity_tag", "normalize_tag", "tag_of_perm", "MemoryDesc", "desc", "packed_desc", "bytes_desc",
     "aligned_zeros", "huge_page_zeros", "Memory", "as_memory",
 ]

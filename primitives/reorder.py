@@ -61,7 +61,7 @@ from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.checks import dtype_text
-from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc
+from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc, identity_tag
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
@@ -137,7 +137,7 @@ class ReorderDesc(PrimitiveDesc):
             pack = getattr(dst_desc.layout, "pack", None)
             if not callable(pack):
                 raise ValueError(f"dst_desc: packed layout {dst_desc.layout!r} has no pack(src_logical, dst_memory)")
-            plain = MemoryDesc(dst_desc.dims, dst_desc.dt, "".join(chr(97 + i) for i in range(dst_desc.ndims)))
+            plain = MemoryDesc(dst_desc.dims, dst_desc.dt, identity_tag(dst_desc.ndims))
             self._inner = ReorderDesc(src_desc, plain, attr, isa, threads)
             self._impl, self._reason, self._view, self._spec = "pack", "packed destination: layout.pack", None, None
             return
