@@ -202,7 +202,7 @@ class PoolingDesc(PrimitiveDesc):
         padding_r = _ints("padding_r", padding_r, nd, 0)
         spatial = src.dims[2:]
         outs = pooled_dims(spatial, kernel, strides, padding_l, padding_r)
-        want_dims = src.dims[:2] + tuple(outs)
+        want_dims = src.dims[:2] + outs
         if dst.dims != want_dims:
             raise ValueError(f"dst_desc: dims {dst.dims} do not match the pooled shape {want_dims} "
                              f"(src {src.dims}, kernel {kernel}, strides {strides}, padding {padding_l}/{padding_r})")
@@ -224,7 +224,7 @@ class PoolingDesc(PrimitiveDesc):
         self.channels_last = src.tag == CHANNELS_LAST[src.ndims]
         h = (1,) if nd == 1 else ()  # 1-D: a 2-D problem of height 1
         self._geo = _Geometry(
-            n=src.dims[0], c=src.dims[1], ih=(h + spatial)[0], iw=spatial[-1], oh=(h + tuple(outs))[0],
+            n=src.dims[0], c=src.dims[1], ih=(h + spatial)[0], iw=spatial[-1], oh=(h + outs)[0],
             ow=outs[-1], kh=(h + kernel)[0], kw=kernel[-1], sh=(h + strides)[0], sw=strides[-1],
             pt=padding_l[0] if nd == 2 else 0, pl=padding_l[-1])
         self.spec = kernel_spec(self.isa, self.alg, src.dt, dst.dt, self._geo.kh, self._geo.kw)
