@@ -28,16 +28,15 @@ def _attr(weights_mask: int, dst_zp_mask: int, binary_dims) -> Attr:
 
 
 def _no_op(pd, args: dict, dst: np.ndarray) -> None:
-    """``pd`` is zero-volume: it asks for no scratchpad, runs, writes nothing (dst's
-    bytes kept, where it has any), and still names a wrong argument."""
+    """``pd`` is zero-volume: it asks for no scratchpad, runs (its dst has no element to
+    write: that nothing is written where oneDNN writes nothing is test_onednn_prim's
+    peer test), and still names a wrong argument."""
     info = pd.impl_info()
     assert info["impl"] == "zero_volume" and "zero volume" in info["decision"]
-    assert pd.scratchpad_desc().size == 0
-    before = dst.copy()
+    assert pd.scratchpad_desc().size == 0 and dst.size == 0
     prim = pd.create()
     prim.execute(args)
     prim.bind(dict(args))()
-    assert np.array_equal(dst, before)
     for name, value in args.items():
         if isinstance(value, np.ndarray) and not name.startswith(("scales", "zero_points")):
             wrong = np.zeros(tuple(d + 1 for d in value.shape), value.dtype)
