@@ -39,6 +39,12 @@ class IsaError(ValueError):
     """An ISA name that is not on the ladder, or no usable ISA at all."""
 
 
+class NoIsaPathError(IsaError):
+    """No level of the ladder is usable on this CPU: it lacks AVX2, FMA or BMI2, or its
+    OS does not enable the YMM state (every level needs them, so no cap can cause this).
+    Kernels can still be generated and disassembled for any path; none can run."""
+
+
 def check_name(name: str, argument: str = "isa") -> str:
     """Return the canonical ISA name or raise naming the valid ones."""
     canon = str(name).strip().lower()
@@ -90,9 +96,10 @@ def effective_isa(cap: str | None = None) -> str:
     """Best ISA the CPU supports at or under ``cap`` (default: :func:`max_isa`)."""
     limit = rank(cap if cap is not None else max_isa())
     usable = [name for name in supported() if rank(name) <= limit]
-    if not usable:
-        raise IsaError(
-            f"no int8jit ISA path is usable on this CPU under the cap {LADDER[limit]!r}; "
-            f"the CPU supports {list(supported()) or 'none of ' + str(list(LADDER))}"
+    if not usable:  # every level needs avx2's features, so no cap leaves a supporting CPU without one
+        raise NoIsaPathError(
+            f"no int8jit ISA path is usable on this CPU: every one ({', '.join(LADDER)}) needs "
+            f"{', '.join(f.upper() for f in REQUIRES['avx2'])} and the OS's YMM state; "
+            "kernels can still be generated and disassembled (dump-asm gemm --isa ...)"
         )
     return usable[-1]

@@ -29,9 +29,15 @@ ALL_ISAS = isa_mod.LADDER
 def _synthetic_cpu(level: str) -> None:
     """``INT8JIT_TEST_CPU=<ladder level>``: the probe answers, in this test process, for a
     CPU whose best path is ``level`` (what a machine without the paths above it runs:
-    their tests skip, their kernels are still generated and disassembled)."""
+    their tests skip, their kernels are still generated and disassembled).
+    ``INT8JIT_TEST_CPU=none``: for an x86-64 CPU without AVX2 (SSE4.2 at most), on which
+    no path runs (see :func:`pytest_runtest_call`)."""
     from runtime import cpu
 
+    if level.strip().lower() == "none":
+        regs = cpu.encode_registers(("sse4_1", "sse4_2"), brand="synthetic CPU without AVX2 (INT8JIT_TEST_CPU)")
+        cpu._cached = cpu.CpuInfo.from_registers(regs, None)
+        return
     level = isa_mod.check_name(level, "INT8JIT_TEST_CPU")
     if not isa_mod.cpu_supports(level):  # its kernels run: they must run on this machine
         raise pytest.UsageError(f"INT8JIT_TEST_CPU: this machine cannot run the {level} path "
@@ -126,6 +132,41 @@ def _emulated_path(request, monkeypatch):
     emulation_switch(monkeypatch)(True)
     yield
     primitive_cache.clear()
+
+
+def _needs_a_path(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is, or was raised while handling (``pytest.raises`` with the wrong
+    message, a group from hypothesis), the error of a CPU with no usable path."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, isa_mod.NoIsaPathError):
+            return True
+        if isinstance(exc, BaseExceptionGroup) and any(_needs_a_path(e) for e in exc.exceptions):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+NO_PATH_REASON = "CPU lacks AVX2, FMA or BMI2 (needed by every int8jit path): no kernel can run here"
+
+
+def _skip_where_no_path_runs():
+    """On a CPU where no path runs, a test that needed one (it met
+    :class:`runtime.isa.NoIsaPathError`) is skipped, with the reason, instead of failing.
+    Only there: on any other CPU the error fails the test as any other would."""
+    try:
+        return (yield)
+    except Exception as exc:
+        if not isa_mod.supported() and _needs_a_path(exc):
+            pytest.skip(NO_PATH_REASON)
+        raise
+
+
+pytest_runtest_setup = pytest.hookimpl(wrapper=True)(_skip_where_no_path_runs)
+pytest_runtest_call = pytest.hookimpl(wrapper=True)(_skip_where_no_path_runs)
+# For a test whose kernels run in a child process, where the hooks above cannot see why it failed.
+needs_a_path = pytest.mark.skipif(not isa_mod.supported(), reason=NO_PATH_REASON)
 
 
 def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import needs_a_path
 from tools import bench, bench_timing
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,6 +39,7 @@ def test_markdown_table_has_a_row_per_result():
     assert "| 2x3x4 | u8s8 | avx2 | 1 | exact | full | widen | 10.0 | 50% | 5.0 | 2.00 | 5% |" in lines[2]
 
 
+@needs_a_path
 def test_quick_run_writes_markdown(tmp_path):
     md = tmp_path / "gemm.md"
     proc = subprocess.run(
@@ -106,6 +108,7 @@ def test_host_steal_reads_the_cpus_asked_for(monkeypatch, tmp_path):
     assert bt.host_steal_counters([5]) is None  # no such CPU in the file
 
 
+@needs_a_path
 def test_conv_chain_quick_run(tmp_path):
     """``int8jit-bench conv --chain``: the layers called one after another, one row per
     batch and thread count, both sides timed (oneDNN where it is installed)."""
@@ -138,6 +141,7 @@ def test_bert_chain_is_twelve_layers_of_six_linears():
     assert len(bp.chain_groups("conv", [{"N": 1}], args)[0][1]) == 53
 
 
+@needs_a_path
 def test_conv_policy_rows_share_operands_and_faithful_equals_onednn(tmp_path):
     """``--policy exact,faithful``: one row per policy on the same operands; a faithful row
     computes what oneDNN computes on every path (VPMADDUBSW saturation included), so its

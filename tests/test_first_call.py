@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from jit import cache
-from tests.conftest import isa_params
+from tests.conftest import isa_params, needs_a_path
 from tools import bench_problems as bp
 from tools.bench_sides import int8jit_setup
 
@@ -90,6 +90,7 @@ print(json.dumps(out))
 """
 
 
+@needs_a_path
 def test_first_execution_parses_no_c_type():
     """In a fresh process (the types an earlier test parsed would hide a miss here), the
     first two executions of each set-up, on this CPU's best path, parse no C type."""

@@ -9,6 +9,7 @@ convolution's tests and ``dump-asm conv``) runs in a child pytest for each lower
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,21 @@ def test_convolution_tests_with_a_zen4_cores_caches():
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                            "tests/test_conv.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+
+
+def test_suite_subset_on_a_cpu_without_avx2():
+    """On an x86-64 CPU without AVX2 no path runs (``runtime.isa.NoIsaPathError``): the
+    tests that need one skip, saying so, and the rest pass (kernels generated and
+    disassembled for every path, argument checks, the docstrings whose examples run no
+    kernel). Without conftest's hooks, such a machine's run fails by the hundreds."""
+    env = dict(os.environ, INT8JIT_TEST_CPU="none", PYTHONDONTWRITEBYTECODE="1")
+    env.pop(isa_mod.ENV_CAP, None)
+    files = ["tests/test_gemm.py", "tests/test_zero_volume.py", "tests/test_dump_asm_conv.py",
+             "tests/test_docstrings.py", "tests/test_readme.py", "tests/test_bench.py"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *files],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "no kernel can run here" in out and "(needed by the avx2 path)" in out, out[-3000:]
+    passed = re.search(r"(\d+) passed", out)
+    assert passed and int(passed.group(1)) >= 50, out[-3000:]

@@ -228,6 +228,8 @@ def _layers(say, runnable) -> int:
             verdict, status = "  WRONG (policy exact)", 1
         ran = " + ".join(conv.impl_info()["kernels_run"])
         say(f"{name:<18} {policy:<9} {kind:<8} {conv_diff:>6} {mm_diff:>7}  {ran}{verdict}")
+    if not runnable:
+        say("(none: no path executes on this CPU)")
     say()
     return status
 
