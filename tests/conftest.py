@@ -149,6 +149,9 @@ def _needs_a_path(exc: BaseException | None) -> bool:
 
 
 NO_PATH_REASON = "CPU lacks AVX2, FMA or BMI2 (needed by every int8jit path): no kernel can run here"
+# Taken once, before any test: a test that fakes a CPU without a path (test_cpu_probe's
+# fake_cpu) must still fail when its own check of that error fails.
+NO_PATH_HERE = not isa_mod.supported()
 
 
 def _skip_where_no_path_runs():
@@ -158,7 +161,7 @@ def _skip_where_no_path_runs():
     try:
         return (yield)
     except Exception as exc:
-        if not isa_mod.supported() and _needs_a_path(exc):
+        if NO_PATH_HERE and _needs_a_path(exc):
             pytest.skip(NO_PATH_REASON)
         raise
 
@@ -166,7 +169,7 @@ def _skip_where_no_path_runs():
 pytest_runtest_setup = pytest.hookimpl(wrapper=True)(_skip_where_no_path_runs)
 pytest_runtest_call = pytest.hookimpl(wrapper=True)(_skip_where_no_path_runs)
 # For a test whose kernels run in a child process, where the hooks above cannot see why it failed.
-needs_a_path = pytest.mark.skipif(not isa_mod.supported(), reason=NO_PATH_REASON)
+needs_a_path = pytest.mark.skipif(NO_PATH_HERE, reason=NO_PATH_REASON)
 
 
 def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:

@@ -7,8 +7,7 @@ import pkgutil
 
 import pytest
 
-from runtime import isa as isa_mod
-from tests.conftest import NO_PATH_REASON, _needs_a_path
+from tests.conftest import NO_PATH_HERE, NO_PATH_REASON, _needs_a_path
 
 PACKAGES = ("jit", "primitives", "runtime", "tools")
 
@@ -46,7 +45,7 @@ def test_docstring_examples(name):
     failures = runner.failures
     # On a CPU where no path runs, docstrings whose examples stop at running a kernel
     # (the examples after it fail for want of its result) are skipped; any other fails.
-    if (failures and not isa_mod.supported()
+    if (failures and NO_PATH_HERE
             and all(_needs_a_path(exc) for exc in runner.first_failure.values())):
         pytest.skip(NO_PATH_REASON)
     assert failures == 0, f"{name}: {failures} docstring example(s) failed (run: python -m doctest -v)"
