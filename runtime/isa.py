@@ -96,7 +96,7 @@ def effective_isa(cap: str | None = None) -> str:
     """Best ISA the CPU supports at or under ``cap`` (default: :func:`max_isa`)."""
     limit = rank(cap if cap is not None else max_isa())
     usable = [name for name in supported() if rank(name) <= limit]
-    if not usable:  # every level needs avx2's features, so no cap leaves a supporting CPU without one
+    if not usable:  # every level needs avx2's features: no cap empties this on a CPU that has them
         raise NoIsaPathError(
             f"no int8jit ISA path is usable on this CPU: every one ({', '.join(LADDER)}) needs "
             f"{', '.join(f.upper() for f in REQUIRES['avx2'])} and the OS's YMM state; "

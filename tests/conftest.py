@@ -31,7 +31,7 @@ def _synthetic_cpu(level: str) -> None:
     CPU whose best path is ``level`` (what a machine without the paths above it runs:
     their tests skip, their kernels are still generated and disassembled).
     ``INT8JIT_TEST_CPU=none``: for an x86-64 CPU without AVX2 (SSE4.2 at most), on which
-    no path runs (see :func:`pytest_runtest_call`)."""
+    no path runs (see :func:`_skip_where_no_path_runs`)."""
     from runtime import cpu
 
     if level.strip().lower() == "none":

@@ -4,7 +4,8 @@ CI may run on another x86-64 CPU. Capping the ISA runs every path this machine h
 this checks what a machine that lacks the upper paths does: the probe's answer picks the
 best path it has, the tests of the others skip with the missing feature named, and
 their kernels are still generated and disassembled. A subset of the suite (the
-convolution's tests and ``dump-asm conv``) runs in a child pytest for each lower level.
+convolution's tests and ``dump-asm conv``) runs in a child pytest for each lower level,
+and another as an x86-64 CPU without AVX2, where no path runs.
 """
 from __future__ import annotations
 

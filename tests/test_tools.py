@@ -96,6 +96,26 @@ def test_demo_main_returns_zero(capsys, monkeypatch):
         assert "above the cap avx2" in text or not (SUPPORTED - {"avx2"})
 
 
+def test_demo_on_a_cpu_without_avx2(monkeypatch):
+    """Where no path runs, the demo still probes, generates every path's kernels and says
+    that none can run, and exits 0 (the main job works on any x86-64 CPU)."""
+    import io
+
+    from runtime import cpu
+
+    regs = cpu.encode_registers(("sse4_1", "sse4_2"), brand="a CPU without AVX2")
+    monkeypatch.setattr(cpu, "_cached", cpu.CpuInfo.from_registers(regs, None))
+    monkeypatch.delenv(isa_mod.ENV_CAP, raising=False)
+    buf = io.StringIO()
+    assert demo_tool.run(buf) == 0, buf.getvalue()
+    text = buf.getvalue()
+    assert "effective ISA  none: no int8jit ISA path is usable" in text, text
+    for isa, kind in PATHS:
+        row = [line for line in text.splitlines() if line.startswith(f"{isa} {kind} ")]
+        assert len(row) == 1 and "not executable on this CPU (lacks AVX2" in row[0] and "bytes" in row[0], text
+    assert text.split("An int8 layer", 1)[1].count("(none: no path executes on this CPU)") == 1, text
+
+
 def test_demo_expected_model():
     assert demo_tool.expected("maddubsw", (255, 255, 0, 0), (127, 127, 0, 0), False) == 32767
     assert demo_tool.expected("maddubsw", (127, 127, 0, 0), (127, 127, 0, 0), True) == 255
