@@ -26,6 +26,13 @@ from runtime.ffi import ffi, libc
 ALL_ISAS = isa_mod.LADDER
 
 
+def cpu_without_avx2(brand: str):
+    """A ``runtime.cpu.CpuInfo`` of an x86-64 CPU with SSE4.2 at most, on which no path runs."""
+    from runtime import cpu
+
+    return cpu.CpuInfo.from_registers(cpu.encode_registers(("sse4_1", "sse4_2"), brand=brand), None)
+
+
 def _synthetic_cpu(level: str) -> None:
     """``INT8JIT_TEST_CPU=<ladder level>``: the probe answers, in this test process, for a
     CPU whose best path is ``level`` (what a machine without the paths above it runs:
@@ -35,8 +42,7 @@ def _synthetic_cpu(level: str) -> None:
     from runtime import cpu
 
     if level.strip().lower() == "none":
-        regs = cpu.encode_registers(("sse4_1", "sse4_2"), brand="synthetic CPU without AVX2 (INT8JIT_TEST_CPU)")
-        cpu._cached = cpu.CpuInfo.from_registers(regs, None)
+        cpu._cached = cpu_without_avx2("synthetic CPU without AVX2 (INT8JIT_TEST_CPU)")
         return
     level = isa_mod.check_name(level, "INT8JIT_TEST_CPU")
     if not isa_mod.cpu_supports(level):  # its kernels run: they must run on this machine
@@ -134,7 +140,7 @@ def _emulated_path(request, monkeypatch):
     primitive_cache.clear()
 
 
-def _needs_a_path(exc: BaseException | None) -> bool:
+def met_no_path(exc: BaseException | None) -> bool:
     """Whether ``exc`` is, or was raised while handling (``pytest.raises`` with the wrong
     message, a group from hypothesis), the error of a CPU with no usable path."""
     seen = set()
@@ -142,13 +148,14 @@ def _needs_a_path(exc: BaseException | None) -> bool:
         seen.add(id(exc))
         if isinstance(exc, isa_mod.NoIsaPathError):
             return True
-        if isinstance(exc, BaseExceptionGroup) and any(_needs_a_path(e) for e in exc.exceptions):
+        if isinstance(exc, BaseExceptionGroup) and any(met_no_path(e) for e in exc.exceptions):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
 
 
-NO_PATH_REASON = "CPU lacks AVX2, FMA or BMI2 (needed by every int8jit path): no kernel can run here"
+NO_PATH_REASON = (f"CPU lacks {', '.join(_FEATURE_WORDS[f] for f in isa_mod.REQUIRES['avx2'])} "
+                  "(needed by every int8jit path): no kernel can run here")
 # Taken once, before any test: a test that fakes a CPU without a path (test_cpu_probe's
 # fake_cpu) must still fail when its own check of that error fails.
 NO_PATH_HERE = not isa_mod.supported()
@@ -161,7 +168,7 @@ def _skip_where_no_path_runs():
     try:
         return (yield)
     except Exception as exc:
-        if NO_PATH_HERE and _needs_a_path(exc):
+        if NO_PATH_HERE and met_no_path(exc):
             pytest.skip(NO_PATH_REASON)
         raise
 

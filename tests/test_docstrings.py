@@ -7,7 +7,7 @@ import pkgutil
 
 import pytest
 
-from tests.conftest import NO_PATH_HERE, NO_PATH_REASON, _needs_a_path
+from tests.conftest import NO_PATH_HERE, NO_PATH_REASON, met_no_path
 
 PACKAGES = ("jit", "primitives", "runtime", "tools")
 
@@ -46,6 +46,6 @@ def test_docstring_examples(name):
     # On a CPU where no path runs, docstrings whose examples stop at running a kernel
     # (the examples after it fail for want of its result) are skipped; any other fails.
     if (failures and NO_PATH_HERE
-            and all(_needs_a_path(exc) for exc in runner.first_failure.values())):
+            and all(met_no_path(exc) for exc in runner.first_failure.values())):
         pytest.skip(NO_PATH_REASON)
     assert failures == 0, f"{name}: {failures} docstring example(s) failed (run: python -m doctest -v)"

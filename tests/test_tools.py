@@ -102,9 +102,9 @@ def test_demo_on_a_cpu_without_avx2(monkeypatch):
     import io
 
     from runtime import cpu
+    from tests.conftest import cpu_without_avx2
 
-    regs = cpu.encode_registers(("sse4_1", "sse4_2"), brand="a CPU without AVX2")
-    monkeypatch.setattr(cpu, "_cached", cpu.CpuInfo.from_registers(regs, None))
+    monkeypatch.setattr(cpu, "_cached", cpu_without_avx2("a CPU without AVX2"))
     monkeypatch.delenv(isa_mod.ENV_CAP, raising=False)
     buf = io.StringIO()
     assert demo_tool.run(buf) == 0, buf.getvalue()
