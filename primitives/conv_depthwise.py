@@ -256,7 +256,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
                 raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
         if bias_md is not None and not isinstance(bias_md, MemoryDesc):
             raise TypeError(f"bias: expected a MemoryDesc or None, got {type(bias_md).__name__}")
-        self.isa = isa_mod.effective_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
+        self.isa = isa_mod.planning_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
         strides = _ints("strides", strides, 1)
         padding_l = _ints("padding_l", padding_l, 0)
         padding_r = _ints("padding_r", padding_r, 0)
@@ -328,6 +328,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
         g = self.geo
         if g.kw > MAX_COLUMNS:
             raise ValueError(f"weights: the depthwise kernel takes at most {MAX_COLUMNS} taps along W, got {g.kw}")
+        isa_mod.require_path(self.isa)
         self._dot, self._pixels = self._blocking(self.isa)
         # One kernel now, so creation pays code generation (or the disk cache) once.
         self.spec = self.kernel_spec("s16" if self.has_src_zp else "none")

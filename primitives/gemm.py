@@ -232,7 +232,7 @@ class Gemm:
         if policy not in POLICIES:
             raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy = policy
-        self.isa = isa_mod.effective_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
+        self.isa = isa_mod.planning_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
         self.threads = resolve_threads(threads)
         self.float_mode = not (self.alpha == 1.0 and self.beta in (0.0, 1.0))
         self._kernels: dict = {}
@@ -240,6 +240,10 @@ class Gemm:
         self._choice: Choice | None = None
         self._empty = min(self.M, self.N, self.K) == 0
         self._k_zero: Gemm | None = None
+        if B is not None:
+            self._packed, self._choice = self._pack(B)
+        if not self._empty:  # (M or N of 0 runs no kernel, so on any CPU; K of 0 runs the Gemm below)
+            isa_mod.require_path(self.isa)
         if self.K == 0 and self.M and self.N:
             # C <- beta*C + co: the output stage on a zero accumulator, which a GEMM of
             # K = 1 over zeros computes bit for bit as every other GEMM's stage does.
@@ -247,8 +251,6 @@ class Gemm:
                                 beta=beta, B=np.zeros((1, self.N), np.int8), policy=policy, isa=isa,
                                 threads=threads)
             self._k_zero_a = np.zeros((self.M, 1), self.a_dtype)
-        if B is not None:
-            self._packed, self._choice = self._pack(B)
         self._last_packed: PackedB | None = None  # B given at execution: what the last call decided
         self._last_choice: Choice | None = None
         self._comps_cache: _Comps | None = None

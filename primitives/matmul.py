@@ -117,7 +117,7 @@ class _GemmBasedDesc(PrimitiveDesc):
                batch: int) -> None:
         attr = self.attr
         self.M, self.K, self.N, self.batch = M, K, N, batch
-        self.isa = isa_mod.effective_isa(None if self.isa is None else isa_mod.check_name(self.isa, "isa"))
+        self.isa = isa_mod.planning_isa(None if self.isa is None else isa_mod.check_name(self.isa, "isa"))
         policy = attr.policy
         if policy == "halve_weights":
             raise ValueError(f"attr policy: 'halve_weights' is convolution's; {self.kind} takes 'exact' or "
@@ -146,6 +146,7 @@ class _GemmBasedDesc(PrimitiveDesc):
         if K == 0:  # (an inner product refuses it, as oneDNN's does)
             self._zero_k(descs)
             return
+        isa_mod.require_path(self.isa)  # (a zero volume, above, runs no kernel; K = 0 its own matmul)
         # Every kernel the weights can take (exact without VNNI: VPMADDUBSW or widening),
         # made now, so creation pays the code generation (or the disk cache) and no
         # execution does.

@@ -215,7 +215,7 @@ class PoolingDesc(PrimitiveDesc):
             raise ValueError(f"dst_desc: tag {dst.tag!r} differs from src's {src.tag!r}; pooling keeps the layout")
         _check_attr(attr)
         cap = None if isa is None else isa_mod.check_name(isa, "isa")
-        super().__init__(attr, isa_mod.effective_isa(cap))
+        super().__init__(attr, isa_mod.planning_isa(cap))
         self.threads = resolve_threads(threads)
         self._src, self._dst = src, dst
         self._set_desc(SRC, src)
@@ -230,6 +230,8 @@ class PoolingDesc(PrimitiveDesc):
         self.spec = kernel_spec(self.isa, self.alg, src.dt, dst.dt, self._geo.kh, self._geo.kw)
         if src.size == 0:
             self.set_empty({SRC: src, DST: dst}, f"zero volume: dst {dst.dims} has no elements, so nothing is written")
+        else:
+            isa_mod.require_path(self.isa)
 
     # -- queries (src_desc, dst_desc, scratchpad_desc: PrimitiveDesc's) -------------------
     def _route(self) -> str:

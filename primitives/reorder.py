@@ -28,8 +28,9 @@ Implementations (``impl_info()["impl"]``):
     code and ``avx512_core_vnni`` the ``avx512_core`` code.
 ``numpy:copy``, ``numpy:transpose``, ``numpy:convert``
     everything else (format changes with a transposition, bf16, masks that mix the
-    innermost block with outer dims), with ``reorder_ref.convert``: the same operations
-    in the same order, so both give identical bits.
+    innermost block with outer dims, any reorder on a CPU without AVX2, where no kernel
+    runs), with ``reorder_ref.convert``: the same operations in the same order, so both
+    give identical bits.
 
 A destination whose tag is ``packed`` is filled by its layout object: the reorder
 converts the source to a logical-order array of the destination type (quantizing with
@@ -125,7 +126,7 @@ class ReorderDesc(PrimitiveDesc):
                                  f"types only ({', '.join(INT_TYPES)})")
         self._set_desc(SRC, src_desc)
         self._set_desc(DST, dst_desc)
-        self.isa = isa_mod.effective_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
+        self.isa = isa_mod.planning_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
         self.threads = resolve_threads(threads)
         self._masks = {name: (self.attr.scales_mask(arg) if kind == "scales" else self.attr.zero_points_mask(arg))
                        for name, arg, kind in _ATTR_ARGS}
@@ -185,6 +186,9 @@ class ReorderDesc(PrimitiveDesc):
         view = self._view_for(d.perm, d.dims)
         if isinstance(view, str):
             return "numpy:convert", view, None, None
+        if self.isa not in isa_mod.supported():
+            return ("numpy:convert", "no ISA path runs on this CPU (it lacks AVX2): reorder_ref in numpy, the same bits",
+                    None, None)
         spec = ReorderKernelSpec(code_isa(self.isa), s.dt, d.dt, view.modes)
         return f"jit:{code_isa(self.isa)}", f"rows x n = {view.rows} x {view.n}, contiguous rows", view, spec
 

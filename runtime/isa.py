@@ -92,14 +92,37 @@ def max_isa() -> str:
     return check_name(env, ENV_CAP) if env else LADDER[-1]
 
 
+def _no_path() -> NoIsaPathError:
+    return NoIsaPathError(
+        f"no int8jit ISA path is usable on this CPU: every one ({', '.join(LADDER)}) needs "
+        f"{', '.join(f.upper() for f in REQUIRES['avx2'])} and the OS's YMM state; "
+        "kernels can still be generated and disassembled (dump-asm gemm --isa ...)"
+    )
+
+
 def effective_isa(cap: str | None = None) -> str:
     """Best ISA the CPU supports at or under ``cap`` (default: :func:`max_isa`)."""
     limit = rank(cap if cap is not None else max_isa())
     usable = [name for name in supported() if rank(name) <= limit]
     if not usable:  # every level needs avx2's features: no cap empties this on a CPU that has them
-        raise NoIsaPathError(
-            f"no int8jit ISA path is usable on this CPU: every one ({', '.join(LADDER)}) needs "
-            f"{', '.join(f.upper() for f in REQUIRES['avx2'])} and the OS's YMM state; "
-            "kernels can still be generated and disassembled (dump-asm gemm --isa ...)"
-        )
+        raise _no_path()
     return usable[-1]
+
+
+def planning_isa(cap: str | None = None) -> str:
+    """The path a primitive descriptor plans for: :func:`effective_isa`, or, on a CPU
+    where no path runs, the lowest level. There the descriptor still checks every
+    argument (so bad input is named, not met with the CPU's lack) and takes what needs
+    no kernel (a zero-volume problem, a numpy reorder); :func:`require_path` refuses
+    the rest before any kernel is made."""
+    try:
+        return effective_isa(cap)
+    except NoIsaPathError:
+        return LADDER[0]
+
+
+def require_path(isa: str) -> None:
+    """Raise :class:`NoIsaPathError` unless this CPU runs the path ``isa`` (one that
+    :func:`planning_isa` gave)."""
+    if isa not in supported():
+        raise _no_path()

@@ -72,3 +72,66 @@ def test_suite_subset_on_a_cpu_without_avx2():
     assert "no kernel can run here" in out and "(needed by the avx2 path)" in out, out[-3000:]
     passed = re.search(r"(\d+) passed", out)
     assert passed and int(passed.group(1)) >= 50, out[-3000:]
+
+
+def test_a_cpu_without_avx2_names_bad_arguments_and_runs_what_needs_no_kernel(monkeypatch):
+    """Where no path runs, a descriptor still plans (on ``avx2``) and checks every
+    argument first, so bad input gets the error that names it, as on any CPU; what
+    needs no kernel works, as oneDNN's reference code would take it (a zero-volume
+    problem; a reorder, through its numpy model, bit for bit); the rest raise
+    ``NoIsaPathError`` at creation, before any kernel is made."""
+    import numpy as np
+
+    from primitives.attr import Attr
+    from primitives.conv import ConvolutionDesc
+    from primitives.conv_depthwise import DepthwiseConvDesc
+    from primitives.gemm import Gemm
+    from primitives.matmul import MatmulDesc
+    from primitives.memory import desc
+    from primitives.pooling import PoolingDesc
+    from primitives.reorder import ReorderDesc, quantize
+    from primitives.reorder_ref import reorder_ref
+    from runtime import cpu
+    from tests.conftest import cpu_without_avx2
+
+    monkeypatch.setattr(cpu, "_cached", cpu_without_avx2("synthetic SSE4.2"))
+    assert isa_mod.supported() == ()
+
+    def conv(n=1, attr=None):
+        return ConvolutionDesc(desc((n, 8, 5, 5), "u8", "nhwc"), desc((16, 8, 3, 3), "s8", "any"),
+                               desc((n, 16, 3, 3), "u8", "nhwc"), attr=attr)
+
+    # bad arguments: the error that names them
+    with pytest.raises(ValueError, match="^attr scales:weights: convolution supports masks"):
+        conv(attr=Attr(scales={"weights": 4}))
+    with pytest.raises(TypeError, match="^B: "):
+        Gemm(4, 4, 4, B=np.zeros((4, 4), np.uint8))
+    with pytest.raises(ValueError, match="^bias: "):
+        MatmulDesc(desc((4, 8), "u8", "ab"), desc((8, 4), "s8", "ab"), desc((4, 4), "u8", "ab"),
+                   desc((5,), "f32", "a"))
+    # zero volume: no kernel, so it runs
+    c = np.full((0, 4), 7, np.int32)
+    Gemm(0, 4, 4, B=np.ones((4, 4), np.int8)).execute(np.zeros((0, 4), np.uint8), c)
+    empty = conv(n=0)
+    assert empty.impl_info()["impl"] == "zero_volume"
+    empty.create().execute({"src": np.zeros((0, 5, 5, 8), np.uint8), "weights": np.zeros((16, 8, 3, 3), np.int8),
+                            "dst": np.zeros((0, 3, 3, 16), np.uint8)})
+    assert PoolingDesc("max", desc((0, 8, 4, 4), "u8", "nhwc"), desc((0, 8, 2, 2), "u8", "nhwc"), (2, 2), (2, 2),
+                       (0, 0), (0, 0)).impl_info()["impl"] == "zero_volume"
+    # a reorder: the numpy model, the same bits
+    x = np.random.default_rng(3).normal(0, 40, (3, 37)).astype(np.float32)
+    pd = ReorderDesc(desc(x.shape, "f32", "ab"), desc(x.shape, "u8", "ab"), Attr(scales={"dst": 0}))
+    assert pd.impl_info()["impl"] == "numpy:convert" and "lacks AVX2" in pd.impl_info()["reason"]
+    got = quantize(x, 0.5, zero_point=100)
+    assert np.array_equal(got, reorder_ref(x, "f32", "u8", dst_scale=np.float32([0.5]), dst_zp=np.int32([100])))
+    # anything that needs a kernel: refused at creation
+    for make in (conv, lambda: Gemm(4, 4, 4), lambda: Gemm(4, 4, 0),
+                 lambda: MatmulDesc(desc((4, 8), "u8", "ab"), desc((8, 4), "s8", "any"), desc((4, 4), "u8", "ab")),
+                 lambda: PoolingDesc("max", desc((1, 8, 4, 4), "u8", "nhwc"), desc((1, 8, 2, 2), "u8", "nhwc"),
+                                     (2, 2), (2, 2), (0, 0), (0, 0)),
+                 lambda: DepthwiseConvDesc(desc((1, 8, 5, 5), "u8", "nhwc"), desc((8, 1, 1, 3, 3), "s8", "any"),
+                                           desc((1, 8, 3, 3), "u8", "nhwc"))):
+        with pytest.raises(isa_mod.NoIsaPathError) as caught:
+            make()
+        # (outside the with: conftest would skip a failure met while handling the error)
+        assert "needs AVX2, FMA, BMI2" in str(caught.value)

@@ -20,7 +20,7 @@ from primitives.reorder import ReorderDesc, dequantize, quantize, reorder_desc
 from primitives.reorder_ref import NUMPY_TYPES, reorder_ref
 from jit.reorder_kernel import code_isa
 from runtime.isa import effective_isa
-from tests.conftest import executable_isas
+from tests.conftest import executable_isas, needs_a_path
 
 EXAMPLES = int(os.environ.get("INT8JIT_TEST_EXAMPLES", "25"))
 JIT_PAIRS = [("f32", "u8"), ("f32", "s8"), ("u8", "f32"), ("s8", "f32"), ("s32", "f32"), ("s8", "u8"),
@@ -268,6 +268,7 @@ def test_tails_stay_inside_the_buffers(isa, sdt, ddt, guarded):
         assert np.array_equal(bits(dst), bits(want).reshape(-1)), n
 
 
+@needs_a_path  # (where none runs, the reorder takes its numpy model)
 @pytest.mark.parametrize("dims,mask", [((3, 70001), 2), ((1, 200003), 0), ((5, 40000), 1)])
 def test_thread_chunks_cover_everything_once(dims, mask):
     rng = np.random.default_rng(6)
