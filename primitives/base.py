@@ -213,7 +213,12 @@ class PrimitiveDesc:
 
     # -- implementation -----------------------------------------------------------------
     def impl_info(self) -> dict[str, Any]:
-        """Which implementation was chosen and why; subclasses add their details."""
+        """Which implementation was chosen and why (:meth:`empty_info` for a zero-volume
+        problem, else the subclass's :meth:`_impl_info`)."""
+        return self.empty_info() if self.empty is not None else self._impl_info()
+
+    def _impl_info(self) -> dict[str, Any]:
+        """The implementation's details; subclasses add theirs."""
         return {"kind": self.kind, "impl": type(self).__name__, "isa": self.isa}
 
     def empty_info(self) -> dict[str, Any]:

@@ -354,9 +354,7 @@ class ConvolutionDesc(PrimitiveDesc):
     def _key_extra(self):
         return (self.geometry,)
 
-    def impl_info(self) -> dict:
-        if self.empty is not None:
-            return self.empty_info()
+    def _impl_info(self) -> dict:
         kspec = self._kernel_for(self.fast).meta["kspec"]
         return {"kind": self.kind, "impl": f"brgemm:{kspec.path.isa}:{kspec.path.kind}", "isa": self.isa,
                 "policy": self.attr.policy, "exact": self.fast.exact_under(self.attr.policy) and not self.halve,

@@ -406,7 +406,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
     def _key_extra(self):
         return (self.strides, self.padding_l, self.padding_r, self.dilation, self.threads)
 
-    def impl_info(self) -> dict:
+    def _impl_info(self) -> dict:
         g = self.geo
         return {"kind": self.kind, "impl": f"depthwise:{self.isa}", "isa": self.isa, "kernel": self.spec.name,
                 "policy": self.attr.policy, "exact": True,

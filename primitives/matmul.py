@@ -208,9 +208,7 @@ class _GemmBasedDesc(PrimitiveDesc):
     def _key_extra(self):
         return (self.kind,)
 
-    def impl_info(self) -> dict:
-        if self.empty is not None:
-            return self.empty_info()
+    def _impl_info(self) -> dict:
         if self._k_zero is not None:
             return {**self._k_zero.impl_info(), "shape": (self.batch, self.M, self.N, 0),
                     "decision": "K = 0: dst = the output stage of 0, run as a K = 1 matmul over zeros"}

@@ -239,9 +239,7 @@ class PoolingDesc(PrimitiveDesc):
             return "nhwc"
         return "nchw_as_c1" if self._geo.c < NCHW_TRANSPOSE_MIN_C else "nchw_transpose"
 
-    def impl_info(self) -> dict:
-        if self.empty is not None:
-            return self.empty_info()
+    def _impl_info(self) -> dict:
         route = self._route()
         why = {
             "nhwc": "channels last: channels are the vector dimension",

@@ -150,10 +150,8 @@ class ReorderDesc(PrimitiveDesc):
     def _create_primitive(self) -> "Reorder":
         return Reorder(self)
 
-    def impl_info(self) -> dict:
+    def _impl_info(self) -> dict:
         """Which implementation runs and why."""
-        if self.empty is not None:
-            return self.empty_info()
         if self._inner is not None:
             inner = self._inner.impl_info()
             return {"primitive": "reorder", "impl": f"{inner['impl']}+pack", "isa": self.isa,
