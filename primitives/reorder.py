@@ -185,7 +185,7 @@ class ReorderDesc(PrimitiveDesc):
         if isinstance(view, str):
             return "numpy:convert", view, None, None
         if self.isa not in isa_mod.supported():
-            return ("numpy:convert", "no ISA path runs on this CPU (it lacks AVX2): reorder_ref in numpy, the same bits",
+            return ("numpy:convert", "no ISA path runs here (the CPU lacks AVX2): reorder_ref in numpy, the same bits",
                     None, None)
         spec = ReorderKernelSpec(code_isa(self.isa), s.dt, d.dt, view.modes)
         return f"jit:{code_isa(self.isa)}", f"rows x n = {view.rows} x {view.n}, contiguous rows", view, spec
