@@ -72,7 +72,7 @@ from primitives.conv_geometry import Geometry
 from primitives.conv_weights import ConvWeightsLayout
 from primitives.gemm_pack import residual_part
 from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
-from primitives.memory import MemoryDesc, dt_range, packed_desc
+from primitives.memory import MemoryDesc, dt_range, packed_desc, tag_of_perm
 from runtime import isa as isa_mod
 from runtime.ffi import ffi, pointer_to
 from runtime.pool import CallPlan
@@ -174,9 +174,9 @@ class ConvolutionDesc(PrimitiveDesc):
                 raise ValueError(f"bias: expected {OC} values, got dims {bias_md.dims}")
         cl = _channels_last(nd)
         if src_md.is_any:
-            src_md = src_md.with_tag("".join(chr(97 + i) for i in cl))
+            src_md = src_md.with_tag(tag_of_perm(cl))
         if dst_md.is_any:
-            dst_md = dst_md.with_tag("".join(chr(97 + i) for i in cl))
+            dst_md = dst_md.with_tag(tag_of_perm(cl))
         for name, md in (("src", src_md), ("dst", dst_md)):
             if not md.is_plain or md.perm not in (cl, tuple(range(nd))):
                 raise ValueError(f"{name}: expected a channels-last (nhwc) or channels-first (nchw) tag, got {md}")

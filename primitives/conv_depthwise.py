@@ -69,7 +69,7 @@ from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, 
 from primitives.checks import check_disjoint, check_no_zero_dim
 from primitives.pipeline import dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, keyed_slot, slot_key
-from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, packed_desc
+from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, identity_tag, packed_desc
 from primitives.reference import wrap_int32
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
@@ -311,7 +311,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
             if bias_md.size != C or (bias_md.ndims != 1 and bias_md.dims[-1] != C):
                 raise ValueError(f"bias: expected {C} values (one per channel), got dims {bias_md.dims}")
             if bias_md.is_any:
-                bias_md = bias_md.with_tag("a" if bias_md.ndims == 1 else "abcdefgh"[:bias_md.ndims])
+                bias_md = bias_md.with_tag(identity_tag(bias_md.ndims))
         self.geo = _Geometry(N, C, IH, IW, OH, OW, KH, KW, strides[0], strides[1], geo_k[0], geo_k[1],
                              padding_l[0], padding_l[1])
         self.strides, self.padding_l, self.padding_r, self.dilation = strides, padding_l, padding_r, dilation

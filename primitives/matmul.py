@@ -253,9 +253,9 @@ class MatmulDesc(_GemmBasedDesc):
                 raise ValueError(f"weights/dst: batch dims {weights_md.dims[0]}/{dst_md.dims[0]} do not fit src's "
                                  f"{batch}")
         if src_md.is_any:
-            src_md = src_md.with_tag("abc"[:nd])
+            src_md = src_md.with_tag(identity_tag(nd))
         if dst_md.is_any:
-            dst_md = dst_md.with_tag("abc"[:nd])
+            dst_md = dst_md.with_tag(identity_tag(nd))
         _check("src", src_md, src_md.is_plain and src_md.perm == tuple(range(nd)), "a row-major (ab/abc) source")
         _check("dst", dst_md, dst_md.is_plain and dst_md.perm == tuple(range(nd)), "a row-major (ab/abc) dst")
         if weights_md.is_any and nd == 3 and weights_md.dims[0] != 1:
@@ -287,7 +287,7 @@ class InnerProductDesc(_GemmBasedDesc):
         if dst_md.ndims != 2 or dst_md.dims != (M, OC):
             raise ValueError(f"dst: expected dims ({M}, {OC}), got {dst_md.dims}")
         if src_md.is_any:
-            src_md = src_md.with_tag("abcdefgh"[:nd])
+            src_md = src_md.with_tag(identity_tag(nd))
         if dst_md.is_any:
             dst_md = dst_md.with_tag("ab")
         _check("src", src_md, src_md.is_plain and src_md.perm[0] == 0, "a plain tag with N outermost")
