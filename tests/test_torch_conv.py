@@ -17,11 +17,15 @@ What PyTorch computes, found by experiment (ONEDNN_VERBOSE shows which library r
 
 * engine ``x86`` (the default) hands the convolution to its bundled oneDNN (3.12 here)
   with exactly these attributes (``attr-scales:src0:0+dst:0+wei:0|1``,
-  ``attr-zero-points:src0:0+dst:0``, ``bia:f32``), and oneDNN's output order is the one
-  above: **bit for bit equal** to int8jit, per-tensor and per-channel, on every shape
-  tried (800,640 outputs of random scales, biases and zero points: 0 differences).
-  Observed exception: with more than 100 groups (a wide depthwise layer) the x86 engine
-  falls back to fbgemm (no oneDNN primitive runs), see below.
+  ``attr-zero-points:src0:0+dst:0``, ``bia:f32``). It applies the two scales one after the
+  other, ``f32(f32(f32(acc) * s_src) * s_w)``, where oneDNN 3.2 (int8jit's cffi peer and
+  its contract) multiplies by their f32 product (:func:`onednn312_model`). Observed on an
+  AMD Zen 4 (AVX512-VNNI, ``brgconv_1x1``, ``brg_conv_fwd``, ``jit_int8`` and ``brdgmm_dw``
+  implementations): the model equals PyTorch bit for bit on 1,933,856 outputs of these
+  cases; int8jit differs from both by 1 on 2 of them, each a near-tie (the exact value
+  within 1e-5 of a half-integer). Elsewhere the two agree bit for bit. Observed exception:
+  with more than 100 groups (a wide depthwise layer) the x86 engine falls back to fbgemm
+  (no oneDNN primitive runs), see below.
 * engine ``onednn``: the same library, the same result (bit for bit).
 * engine ``fbgemm`` requantizes with the scales folded into one multiplier and the bias
   divided into accumulator units, all in f32::
@@ -164,6 +168,24 @@ def fbgemm_model(p: dict) -> np.ndarray:
     return np.clip(np.rint(f) + p["zp_dst"], 0, 255).astype(np.uint8)
 
 
+def onednn312_model(p: dict) -> np.ndarray:
+    """PyTorch's bundled oneDNN's requantization as observed (module docstring), on the exact
+    int32 sum: the src and weight scales in two f32 multiplies, then as int8jit's pipeline."""
+    acc = _acc(p).astype(f32)
+    cols = (1, p["oc"], 1, 1)
+    sw = np.broadcast_to(p["s_w"], (p["oc"],)).reshape(cols)
+    f = ((acc * p["s_src"]).astype(f32) * sw).astype(f32)
+    f = ((f + p["bias"].reshape(cols)).astype(f32) * f32(1 / p["s_dst"])).astype(f32) + f32(p["zp_dst"])
+    return np.clip(np.rint(f), 0, 255).astype(np.uint8)
+
+
+def _exact_real(p: dict) -> np.ndarray:
+    """The output before rounding, in float64 from the exact sum (no f32 rounding anywhere)."""
+    cols = (1, p["oc"], 1, 1)
+    s = np.float64(p["s_src"]) * np.broadcast_to(p["s_w"], (p["oc"],)).astype(np.float64).reshape(cols)
+    return (_acc(p) * s + p["bias"].astype(np.float64).reshape(cols)) / np.float64(p["s_dst"]) + p["zp_dst"]
+
+
 def _x86_is_onednn() -> bool:
     # Observed: x86 runs oneDNN on a VNNI machine. Elsewhere it may choose fbgemm.
     return isa_mod.cpu_supports("avx512_core_vnni")
@@ -180,9 +202,10 @@ def _onednn_wmax() -> int:
 @pytest.mark.parametrize("per_oc", [False, True], ids=["per_tensor", "per_channel"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("engine", ["x86", "onednn"])
-def test_bit_exact_with_onednn_backed_engines(engine, case, per_oc):
-    """x86 (the default engine) and onednn: int8jit's output equals PyTorch's bit for bit
-    (weights over the full range where oneDNN has VNNI, else |w| <= 63)."""
+def test_onednn_backed_engines_equal_up_to_scale_order(engine, case, per_oc):
+    """x86 (the default engine) and onednn: every output of PyTorch equals int8jit's or
+    :func:`onednn312_model`'s (the two scale orders), and where int8jit's differs it is by 1
+    at a near-tie (weights over the full range where oneDNN has VNNI, else |w| <= 63)."""
     _need(engine)
     if engine == "x86" and not _x86_is_onednn():
         pytest.skip("the x86 engine was observed to run oneDNN on avx512_core_vnni CPUs; this CPU lacks it")
@@ -190,9 +213,25 @@ def test_bit_exact_with_onednn_backed_engines(engine, case, per_oc):
         p = make_problem(case, per_oc, seed, wmax=_onednn_wmax())
         got, want = int8jit_conv(p), torch_conv(p, engine)
         assert got.shape == want.shape
-        diff = np.argwhere(got != want)
-        assert diff.size == 0, (f"engine {engine}, {case}, seed {seed}: {len(diff)} of {got.size} outputs differ, "
-                                f"first at {diff[:3].tolist()}")
+        other = np.argwhere((want != got) & (want != onednn312_model(p)))
+        assert other.size == 0, (f"engine {engine}, {case}, seed {seed}: {len(other)} of {got.size} outputs match "
+                                 f"neither scale order, first at {other[:3].tolist()}")
+        part = want != got
+        off_tie = np.abs(_exact_real(p)[part] % 1 - 0.5) > 1e-4
+        assert np.abs(got[part].astype(np.int32) - want[part]).max(initial=0) <= 1 and not off_tie.any(), (
+            f"engine {engine}, {case}, seed {seed}: int8jit parts from PyTorch away from a near-tie")
+
+
+def test_scale_orders_part_at_a_near_tie():
+    """The two scale orders are the same real number rounded at different places: on this
+    1x1 problem's output (0, 15, 6, 2), exactly 107.49999409, int8jit's f32(acc * f32(s_src * s_w))
+    gives 107.49999 (so 107) and f32(f32(acc * s_src) * s_w) gives 107.5 (so 108); every
+    other output agrees. PyTorch's oneDNN, where it runs, gives one of them."""
+    p = make_problem("1x1", True, 2)
+    ours, theirs = int8jit_conv(p), onednn312_model(p)
+    assert np.argwhere(ours != theirs).tolist() == [[0, 15, 6, 2]]
+    assert (int(ours[0, 15, 6, 2]), int(theirs[0, 15, 6, 2])) == (107, 108)
+    assert abs(_exact_real(p)[0, 15, 6, 2] - 107.5) < 1e-5
 
 
 @pytest.mark.parametrize("per_oc", [False, True], ids=["per_tensor", "per_channel"])
