@@ -105,6 +105,13 @@ class GemmKernelSpec:
     n_tail: bool = True
     # Residual cells of split weights added after the K loop (VPMADDUBSW GEMMs only).
     residual: bool = False
+    # Row cuts of a convolution's output row read from the zero-padded copy: ``(width,
+    # groups, ((pixel, first group, end group), ...))``. Every call's m is ``width`` and its
+    # K runs are ``groups`` K groups; the listed pixels read only their groups' range of
+    # each run (the rest is the side padding: zero bytes, whose products are 0), so the
+    # row's blocks are emitted in order (uncut ones in a loop), each cut block's K loop in
+    # segments of the rows that read them. (): no cuts.
+    cuts: tuple = ()
 
     def __post_init__(self):
         if self.residual and self.path.kind != "maddubsw":
@@ -120,6 +127,8 @@ class GemmKernelSpec:
                 f"tile {self.mr}x{self.nr} needs {self.vector_registers_needed()} vector registers; "
                 f"{self.path.name} has {self.path.registers}"
             )
+        if self.cuts and (not self.positions or self.k_tail):
+            raise ValueError("cuts: only a batch-reduce kernel without a K tail")
         spare = self.path.registers - self.mr * self.nr
         if output_registers_needed(self.path, self.output, self.nr, self.n_tail) > spare:
             raise ValueError(f"tile {self.mr}x{self.nr}: the output stage needs more than the {spare} free registers")
@@ -133,9 +142,12 @@ class GemmKernelSpec:
         groups, rem = k_split(K)
         if self.tails is not None and m % self.mr not in self.tails + (0,):
             raise RuntimeError(f"internal: {self.name} has no block for {m} % {self.mr} rows (tails {self.tails})")
-        if (groups % self.unroll_k and not self.k_rest) or (rem and not self.k_tail):
+        if not self.cuts and ((groups % self.unroll_k and not self.k_rest) or (rem and not self.k_tail)):
             raise RuntimeError(f"internal: {self.name} has no K loop for K={K} "
                                f"(k_rest={self.k_rest}, k_tail={self.k_tail})")
+        if self.cuts and (m, groups, rem) != (self.cuts[0], self.cuts[1], 0):
+            raise RuntimeError(f"internal: {self.name} is cut for rows of {self.cuts[0]} and runs of "
+                               f"{self.cuts[1]} K groups, not m={m}, K={K}")
 
     @property
     def tile_n(self) -> int:
@@ -157,7 +169,8 @@ class GemmKernelSpec:
         src = "s8" if self.s8_src else "u8"
         kind = "brgemm" if self.positions else "gemm"
         cells = "_cells" if self.residual else ""
-        return f"{kind}_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}{cells}_{self.mr}x{self.nr}"
+        cut = "_cut" if self.cuts else ""
+        return f"{kind}_{src}s8{self.output.dst_dt}_{self.path.isa}_{self.path.kind}{cells}_{self.mr}x{self.nr}{cut}"
 
 
 def loop_registers(path: Path, mr: int, nr: int, s8_src: bool = False) -> int:
@@ -210,7 +223,8 @@ def k_split(K: int) -> tuple[int, int]:
 def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int = DEFAULT_MR, *,
                 positions: bool = False, outer: bool = False, unroll_k: int = 4,
                 prefetch_next: bool = False, rows: tuple | None = None,
-                ks: tuple | None = None, ns: tuple | None = None, residual: bool = False) -> GemmKernelSpec:
+                ks: tuple | None = None, ns: tuple | None = None, residual: bool = False,
+                cuts: tuple = ()) -> GemmKernelSpec:
     """The tallest tile of ``nr`` vectors (at most ``mr`` rows) whose registers fit.
 
     ``rows``: the row counts (m) the kernel will be called with, when known; only their
@@ -218,6 +232,8 @@ def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int =
     than the largest. ``ks``: likewise the K
     lengths (per position), when known: the K loops those never run are left out.
     ``ns``: the column counts, when known: none that ends inside a tile, no tail code.
+    ``cuts``: see ``GemmKernelSpec.cuts`` (its blocks and K segments are all emitted as
+    such: no tail blocks, no K loop of single groups, no K tail).
     """
     if rows:  # no block taller than the most rows a call has (an M of 1-5: one block of M)
         mr = min(mr, max(rows))
@@ -225,12 +241,14 @@ def choose_tile(path: Path, s8_src: bool, output: OutputSpec, nr: int, mr: int =
     k_rest = ks is None or any(groups % unroll_k for groups, _ in splits)
     k_tail = ks is None or any(rem for _, rem in splits)
     n_tail = ns is None or any(n % (nr * path.lanes) for n in ns)
+    if cuts:
+        rows, k_rest, k_tail = None, False, False
     for height in range(mr, 0, -1):
         tails = None if rows is None else tuple(sorted({r % height for r in rows} - {0}))
         try:
             return GemmKernelSpec(path, height, nr, s8_src, output, positions, outer, unroll_k=unroll_k,
                                   prefetch_next=prefetch_next, tails=tails, k_rest=k_rest, k_tail=k_tail,
-                                  n_tail=n_tail, residual=residual)
+                                  n_tail=n_tail, residual=residual, cuts=cuts)
         except ValueError:
             continue
     raise ValueError(f"no tile of {nr} vectors fits {path.name}")
@@ -321,9 +339,10 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
                 LEA(r12, [first + rcx * 2])
             ADD(rcx, first)
 
-    def k_group(rows: int, tail: bool, u: int = 0, sets: int = 1) -> None:
+    def k_group(rows: int, tail: bool, u: int = 0, sets: int = 1, active=None) -> None:
         # u: which group of an unrolled iteration (B and A displacements, no pointer bumps);
-        # it adds into accumulator set u % sets (accumulator_sets: rows s*rows.. of acc)
+        # it adds into accumulator set u % sets (accumulator_sets: rows s*rows.. of acc);
+        # active: the rows that read this group (all unless given: spec.cuts)
         first = (u % sets) * rows
         for j, b in enumerate(breg):
             vload(b, [rbx + u * spec.b_group_bytes + j * vb])
@@ -332,7 +351,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         if spec.prefetch_ahead and not tail:  # the lines of the group prefetch_ahead bytes on
             for line in range(-(-spec.b_group_bytes // 64)):
                 asm.PREFETCHT0([rbx + spec.prefetch_ahead + u * spec.b_group_bytes + 64 * line])
-        for i in range(rows):
+        for i in range(rows) if active is None else active:
             if tail:  # the row's last dword, shifted so only the K % 4 valid bytes remain
                 MOV(rbp.as_dword, [a_row(i)])
                 SHRX(rbp.as_dword, rbp.as_dword, r9.as_dword)
@@ -387,7 +406,8 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             asm.JNZ(cell)
             LABEL(done)
 
-    def row_block(rows: int) -> None:
+    def row_block(rows: int, ranges=None) -> None:
+        # ranges: each row's (first, end) K groups of a run (spec.cuts), or None: all.
         # Constants are set per block: the output stage reuses their registers.
         if ones is not None:
             emit_ones_s16(path, ones, rbp)
@@ -434,7 +454,27 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
                 ADD(r12, 4 * groups)
 
         unroll = spec.unroll_k
-        if unroll > 1:  # whole unrolled iterations, then one group at a time
+        if ranges is not None:  # a K loop per segment of the run, of the rows that read it
+            bounds = sorted({0, spec.cuts[1]} | {b for r in ranges for b in r})
+            for s0, s1 in zip(bounds, bounds[1:]):
+                active = [i for i, (lo, hi) in enumerate(ranges) if lo <= s0 and s1 <= hi]
+                wide, rest = divmod(s1 - s0, unroll)
+                if active and wide:
+                    seg_loop = Label()
+                    MOV(r9, wide)
+                    LABEL(seg_loop)
+                    for u in range(unroll):
+                        k_group(rows, tail=False, u=u, sets=sets, active=active)
+                    advance(unroll)
+                    DEC(r9)
+                    asm.JNZ(seg_loop)
+                elif wide:
+                    advance(wide * unroll)
+                for u in range(rest if active else 0):
+                    k_group(rows, tail=False, u=u, sets=sets, active=active)
+                if rest:
+                    advance(rest)
+        elif unroll > 1:  # whole unrolled iterations, then one group at a time
             k_wide, k_rest = Label(), Label()
             SUB(r9, unroll)
             JB(k_rest)
@@ -445,7 +485,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             SUB(r9, unroll)
             asm.JAE(k_wide)
             LABEL(k_rest)
-        if unroll == 1 or spec.k_rest:
+        if ranges is None and (unroll == 1 or spec.k_rest):
             if unroll > 1:
                 ADD(r9, unroll)
             TEST(r9, r9)
@@ -511,34 +551,61 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         LABEL(outer_loop)
         MOV(rax, [args + off["a_cur"]])
         MOV(r10, [args + off["c_cur"]])
-    MOV(rbp, [args + off["m"]])
-    MOV([args + off["m_left"]], rbp)
-    m_left = asm.qword[args + off["m_left"]]
+    if spec.cuts:  # the output row's blocks in order, each with its rows' cuts
+        width, groups, pixels = spec.cuts
+        cut = {p: (lo, hi) for p, lo, hi in pixels}
+        blocks = []  # (rows, each row's K groups (first, end), how many such blocks in a row)
+        for b0 in range(0, width, mr):
+            rows = min(mr, width - b0)
+            # (an uncut block too runs its K loop as one segment: spec.k_rest is off)
+            ranges = [cut.get(b0 + i, (0, groups)) for i in range(rows)]
+            if blocks and blocks[-1][:2] == (rows, ranges):  # the same code again: a loop
+                blocks[-1] = (rows, ranges, blocks[-1][2] + 1)
+            else:
+                blocks.append((rows, ranges, 1))
+        for j, (rows, ranges, count) in enumerate(blocks):
+            if count > 1:  # (m_left counts them)
+                again = Label()
+                MOV(asm.qword[args + off["m_left"]], count)
+                LABEL(again)
+            row_block(rows, ranges)
+            if j + 1 < len(blocks) or count > 1:
+                IMUL(rbp, r8, rows)
+                ADD(rax, rbp)
+                IMUL(rbp, r11, rows)
+                ADD(r10, rbp)
+            ADD(r15, 4 * rows)
+            if count > 1:
+                DEC(asm.qword[args + off["m_left"]])
+                asm.JNZ(again)
+    else:
+        MOV(rbp, [args + off["m"]])
+        MOV([args + off["m_left"]], rbp)
+        m_left = asm.qword[args + off["m_left"]]
+        row_loop, row_tail = Label(), Label()
+        LABEL(row_loop)
+        CMP(m_left, mr)
+        JB(row_tail)
+        row_block(mr)
+        IMUL(rbp, r8, mr)
+        ADD(rax, rbp)
+        IMUL(rbp, r11, mr)
+        ADD(r10, rbp)
+        ADD(r15, 4 * mr)
+        SUB(m_left, mr)
+        JMP(row_loop)
 
-    row_loop, row_tail = Label(), Label()
-    LABEL(row_loop)
-    CMP(m_left, mr)
-    JB(row_tail)
-    row_block(mr)
-    IMUL(rbp, r8, mr)
-    ADD(rax, rbp)
-    IMUL(rbp, r11, mr)
-    ADD(r10, rbp)
-    ADD(r15, 4 * mr)
-    SUB(m_left, mr)
-    JMP(row_loop)
-
-    LABEL(row_tail)
-    tails = {rows: Label() for rows in range(1, mr) if spec.tails is None or rows in spec.tails}
-    for rows, label in tails.items():
-        CMP(m_left, rows)
-        JE(label)
-    JMP(outer_next)  # no rows left (check_call refuses remainders without a block)
-    for rows, label in tails.items():
-        LABEL(label)
-        row_block(rows)
-        ADD(r15, 4 * rows)
-        JMP(outer_next)
+        LABEL(row_tail)
+        tails = {rows: Label() for rows in range(1, mr) if spec.tails is None or rows in spec.tails}
+        for rows, label in tails.items():
+            CMP(m_left, rows)
+            JE(label)
+        JMP(outer_next)  # no rows left (check_call refuses remainders without a block)
+        for rows, label in tails.items():
+            LABEL(label)
+            row_block(rows)
+            ADD(r15, 4 * rows)
+            JMP(outer_next)
 
     LABEL(outer_next)
     if spec.outer:

@@ -136,9 +136,29 @@ class Geometry:
         left, right = strips[:2]
         out = []
         for w in list(range(left)) + list(range(self.out[2] - right, self.out[2])):
-            x0 = w * self.stride[2] - self.pad_l[2]  # the window's first source column
-            lo, hi = max(0, -x0), min(self.ker[2], self.src[2] - x0)
+            lo, hi = self.column_window(w)
             if hi <= lo:
                 return None
             out.append((w, lo, hi))
+        return tuple(out)
+
+    def column_window(self, w: int) -> tuple:
+        """The window columns (first kw, end kw) of output column ``w`` that lie inside the
+        source's width (W not dilated; empty where the window is all padding)."""
+        x0 = w * self.stride[2] - self.pad_l[2]  # the window's first source column
+        return max(0, -x0), max(max(0, -x0), min(self.ker[2], self.src[2] - x0))
+
+    def cut_columns(self) -> tuple:
+        """The output columns whose window reaches into the side padding, as the padded
+        copy's rows read them with their runs cut there: ``(w, first K group, end K
+        group)`` of each K run (the kernel's ``GemmKernelSpec.cuts``). Empty where runs do
+        not fold KW, or where a run's kw do not start on a K group (channels not by 4)."""
+        if self.dil[2] or self.run_kw == 1 or self.k_per_position % 4:
+            return ()
+        per_kw = self.k_per_position // 4
+        out = []
+        for w in range(self.out[2]):
+            lo, hi = self.column_window(w)
+            if (lo, hi) != (0, self.ker[2]):
+                out.append((w, lo * per_kw, hi * per_kw))
         return tuple(out)

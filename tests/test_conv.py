@@ -609,6 +609,52 @@ def test_rows_in_the_padding_skip_their_window_rows(isa_path, src_dt, zp, policy
     assert (min(spans) < runs) == (not saturating)
 
 
+CUT_CASES = [  # (size, ker, strides, pad_l, pad_r, channels): rows read from the padded copy, edge pixels cut
+    ((7, 7), (3, 3), (1, 1), (1, 1), (1, 1), 8),  # ResNet's 3x3 at 7x7: one block a row, both ends cut
+    ((5, 14), (3, 3), (1, 1), (1, 1), (1, 1), 4),  # 14 wide: a cut first block and a cut last one
+    ((4, 31), (3, 3), (2, 2), (1, 1), (1, 1), 12),  # 16 wide: uncut blocks between the cut ones
+    ((3, 40), (3, 3), (1, 1), (1, 1), (1, 1), 8),  # 40 wide: a loop of uncut blocks
+    ((9, 9), (7, 7), (2, 2), (3, 3), (3, 3), 4),  # the stem's window: two cut pixels a side
+    ((4, 5), (1, 3), (1, 1), (0, 2), (0, 3), 8),  # windows wholly in the padding: pixels that read nothing
+    ((6,), (5,), (1,), (4,), (2,), 16),  # 1-D
+]
+
+
+@pytest.mark.parametrize("case", range(len(CUT_CASES)))
+def test_copied_rows_cut_their_edge_pixels(isa_path, case, monkeypatch):
+    """Rows read from a zero-padded copy (a u8 source without a zero point) leave out their
+    edge pixels' products with the side padding in the same register block as the other
+    pixels (GemmKernelSpec.cuts: each cut block's K loop in segments of the rows that read
+    them). Exact with a bias, scales and a full binary operand (read by row index across
+    the blocks), one and two threads, batch 1 and 2; a zero point or an s8 source, whose
+    padding is not zero, reads every pixel's whole window."""
+    import primitives.conv as conv
+
+    monkeypatch.setattr(conv.Geometry, "strips", lambda self: None)  # the padded copy, not the strips
+    size, ker, strides, pad_l, pad_r, c = CUT_CASES[case]
+    sp = len(size)
+    for seed, (src_dt, zp, post, n, dst_dt) in enumerate([
+            ("u8", None, [], 1, "s32"), ("u8", None, [("binary", "add", "full")], 2, "u8"),
+            ("u8", None, [("sum", 0.5, 2)], 2, "s8"), ("u8", 3, [], 1, "s32"), ("s8", None, [], 2, "s32")]):
+        p = dict(sp=sp, groups=1, icg=c, ocg=20, ker=ker, dil=(0,) * sp, pad_l=pad_l, pad_r=pad_r, strides=strides,
+                 size=size, n=n, src_dt=src_dt, dst_dt=dst_dt, zp_src=zp, wscale="oc" if post else None,
+                 s_src=None, zp_dst=None, bias=bool(seed % 2), post=post, layout=0, policy="exact",
+                 packed=bool(seed % 2), seed=10 * case + seed)
+        got, want = run_case(p, isa_path)
+        np.testing.assert_array_equal(got, want)
+        out = _out_size(size, ker, strides, (0,) * sp, pad_l, pad_r)
+        pd = ConvolutionDesc(desc((n, c) + size, src_dt, TAGS[sp + 2][0]), desc((4, c) + ker, "s8", "any"),
+                             desc((n, 4) + out, "s32", TAGS[sp + 2][0]), strides=strides, padding_l=pad_l,
+                             padding_r=pad_r, attr=Attr(zero_points={"src": 0} if zp is not None else None),
+                             isa=isa_path)
+        cut = src_dt == "u8" and zp is None
+        assert pd.impl_info()["kernel"].endswith("_cut") is cut
+        assert ("cut" in pd.impl_info()) is cut and pd.impl_info()["source"] == "padded copy in the scratchpad"
+        if cut:
+            assert [w for w, _, _ in pd._cuts[2]] == [w for w in range(out[-1])
+                                                        if pd.geometry.column_window(w) != (0, ker[-1])]
+
+
 STRIP_CASES = [  # (size, ker, strides, dilation, pad_l, pad_r): left/right edge columns, windows
     ((6, 7), (3, 3), (1, 1), (0, 0), (1, 1), (1, 1)),  # ResNet's 3x3: one edge column a side
     ((7, 9), (3, 3), (2, 2), (0, 0), (1, 1), (1, 1)),  # 3x3/2
