@@ -18,7 +18,10 @@ How the source is read:
   copied by the threads themselves, each the rows it reads, just before it reads them
   (``_Convolution._plan``). Output rows at the top and bottom edge skip the window rows
   that lie in the padding (``Geometry.window_runs``), with a column compensation of the
-  K runs they read where the padding is not zero (an s8 source, a zero point).
+  K runs they read where the padding is not zero (an s8 source, a zero point). Where it
+  is zero, the pixels at a row's ends also leave out their window columns in the side
+  padding, in the same register block as the others (``Geometry.cut_columns``, the
+  kernel's ``GemmKernelSpec.cuts``).
 * Padded, one group, NHWC, channels a multiple of 4, where it pays
   (``conv_blocking.strips_pay``: res2's 3x3, res3's 3x3/2): no copy of the whole
   source. The output columns whose window stays inside the source's width read it in
