@@ -26,7 +26,10 @@ kernel a batch-reduce GEMM (a convolution sums over kernel positions, each an of
 into the same source rows), ``outer`` walks a convolution's output rows and
 ``residual`` adds, after the K loop, the cells that split weights left out of B
 (``primitives.gemm_pack``: exact results at the VPMADDUBSW rate for weights with few
-pairs that could saturate).
+pairs that could saturate). ``cuts`` (a convolution's rows read from its zero-padded copy)
+replaces the row loop by the output row's blocks in order, a cut block's K loop split
+into segments, each of the rows that read it (the pixels at the row's ends leave out
+their window columns in the side padding).
 
 A' is A for u8 sources and A + 128 (bytes xor 0x80) for s8 sources. B is packed by
 ``primitives.gemm_pack`` into the layout ``[tile][k group][vector][lane][4 bytes]``
