@@ -146,7 +146,8 @@ class Geometry:
         """The window columns (first kw, end kw) of output column ``w`` that lie inside the
         source's width (W not dilated; empty where the window is all padding)."""
         x0 = w * self.stride[2] - self.pad_l[2]  # the window's first source column
-        return max(0, -x0), max(max(0, -x0), min(self.ker[2], self.src[2] - x0))
+        lo = max(0, -x0)
+        return lo, max(lo, min(self.ker[2], self.src[2] - x0))
 
     def cut_columns(self) -> tuple:
         """The output columns whose window reaches into the side padding, as the padded
