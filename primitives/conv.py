@@ -74,7 +74,8 @@ from primitives.conv_blocking import b_tile_bytes, column_chunks, conv_tile, edg
 from primitives.conv_geometry import Geometry
 from primitives.conv_weights import ConvWeightsLayout
 from primitives.gemm_pack import residual_part
-from primitives.gemm_driver import PREFETCH_AHEAD, GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
+from primitives import gemm_driver
+from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
 from primitives.memory import MemoryDesc, dt_range, packed_desc, tag_of_perm
 from runtime import isa as isa_mod
 from runtime.ffi import ffi, pointer_to
@@ -356,8 +357,9 @@ class ConvolutionDesc(PrimitiveDesc):
             # Each row block reads the tile's B from L2 again, and Intel's L1 prefetchers
             # fall behind that stream: prefetch it ahead of the K loop. (Emerald Rapids,
             # one thread, interleaved on a busy host: 147-295 KB tiles, ResNet-50's 256-
-            # and 512-channel 3x3 layers, +1-8%; 74 KB tiles (128 channels) -1-3%.)
-            kspec = replace(kspec, prefetch_ahead=PREFETCH_AHEAD)
+            # and 512-channel 3x3 layers, +1-8%; 74 KB tiles (128 channels) -1-3%. Zen 4:
+            # the same with none, which AMD gets.)
+            kspec = replace(kspec, prefetch_ahead=gemm_driver.prefetch_ahead_bytes())
         return kernel_of(kspec)
 
     def _key_extra(self):
