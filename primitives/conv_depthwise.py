@@ -84,9 +84,10 @@ _NHWC = "acdb"
 # Below this many multiply-adds per thread a second thread costs more than it gives. With
 # the parked Python workers (a futex wake each way, 10-25 us) that was 1M: MobileNet-v2's
 # 0.7-1.4M layers ran 1.3-3x slower on two threads. The spinning pool hands off in 1-4
-# us: at 256K, 192@28, 576@14 and 144@56/2 (batch 1) run 1.2-1.5x faster on two threads
-# than on one, and the smaller layers stay on one.
-_MIN_MACS_PER_THREAD = 1 << 18
+# us: at 256K, 192@28, 576@14 and 144@56/2 (batch 1) ran 1.2-1.5x faster on two threads
+# than on one. At 100K a thread (Zen 4, batch 1) the layers of 200-500K MACs gain too:
+# 576@14/2 10.4 -> 8-9 us, 192@28/2 13 -> 9-10 us, 960@7 13-14 -> 10 us.
+_MIN_MACS_PER_THREAD = 100_000
 _INPUT, _OUTPUT, _VALUES = "input", "output", "values"  # roles of execute() arguments (see _fast_checks)
 
 
