@@ -307,9 +307,8 @@ class ConvolutionDesc(PrimitiveDesc):
         than threads, and, for layers read through the padded copy, where the weights
         outgrow a thread's L2. Each thread then streams its part of B only (res5's 2.4 MB
         3x3 weights: 1.2 MB a core, which stays in L2), and 7 output rows need not split
-        4 + 3. Weights that stay in L2 (``blocking.weights_stay_in_l2``) split rows: each
-        thread copies its own source rows (res4 3x3/2, 590 KB of weights: +8-11% on two
-        threads on Emerald Rapids, +6% on a Zen 4).
+        4 + 3. Weights that fit L2 split rows: each thread copies its own source rows
+        (res4 3x3/2, 590 KB of weights: +8-11% on two threads).
         """
         g = self.geometry
         if self.threads == 1 or g.groups > 1 or (not self._flat_src() and g.n * g.out[0] >= self.threads):
@@ -318,7 +317,7 @@ class ConvolutionDesc(PrimitiveDesc):
         if -(-g.ocg // (choice.nr * choice.path.lanes)) < self.threads:
             return False
         b_bytes = g.positions * g.k_per_position * g.ocg
-        if not self._flat_src() and blocking.weights_stay_in_l2(b_bytes):
+        if not self._flat_src() and b_bytes <= blocking.L2_BUDGET:
             return False
         return b_bytes >= g.n * _prod(g.src) * g.icg
 

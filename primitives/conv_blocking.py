@@ -39,15 +39,6 @@ def cache_budgets(caches) -> tuple[int, int]:
 L1_BUDGET, L2_BUDGET = cache_budgets(data_caches())  # tests patch these for other cores' caches
 
 
-def weights_stay_in_l2(b_bytes: int) -> bool:
-    """Whether a thread that reads all of a layer's packed weights keeps them in its L2:
-    three quarters of it (``L2_BUDGET`` is half), the rest for its source rows and
-    output. (ResNet-50's res4 3x3/2, 590 KB: on a Zen 4's 1 MB L2 two threads that each
-    take half the rows and all the weights ran it at 0.97 of oneDNN, against 0.91 when
-    each took half the weights and all the rows; res5's 2.4 MB the other way round.)"""
-    return b_bytes <= L2_BUDGET * 3 // 2
-
-
 def column_chunks(packed, items: int, threads: int) -> int:
     """How many chunks of column tiles a thread with several items sweeps them in: each
     chunk's B stays in L2 (ResNet-50's 512-channel 3x3 weights are 2.4 MB), rather than
