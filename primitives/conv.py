@@ -253,7 +253,7 @@ class ConvolutionDesc(PrimitiveDesc):
         elif self._strips:
             self._pad_bytes = g.n * g.padded[1] * (self._strips[2] + self._strips[3]) * g.icg
         else:
-            self._pad_bytes = 0 if self._direct_src() else g.n * _prod(g.padded) * G * g.icgp
+            self._pad_bytes = 0 if self._direct_src() else self._copies() * g.n * _prod(g.padded) * G * g.icgp
         for choice in choices:  # creation pays the code generation (or the disk cache), no execution does
             self._kernel_for(choice)
         tile_n = self.fast.nr * self.fast.path.lanes
@@ -307,8 +307,11 @@ class ConvolutionDesc(PrimitiveDesc):
         than threads, and, for layers read through the padded copy, where the weights
         outgrow a thread's L2. Each thread then streams its part of B only (res5's 2.4 MB
         3x3 weights: 1.2 MB a core, which stays in L2), and 7 output rows need not split
-        4 + 3. Weights that fit L2 split rows: each thread copies its own source rows
-        (res4 3x3/2, 590 KB of weights: +8-11% on two threads).
+        4 + 3; each fills a padded copy of its own (``_copies``). Weights that fit L2's
+        share split rows: each thread copies its own source rows (res4 3x3/2, 590 KB of
+        weights on Emerald Rapids: +8-11% on two threads, against columns that then read
+        one shared copy; on a Zen 4, whose share it outgrows, columns run it at 0.99 of
+        oneDNN, rows at 0.97).
         """
         g = self.geometry
         if self.threads == 1 or g.groups > 1 or (not self._flat_src() and g.n * g.out[0] >= self.threads):
@@ -320,6 +323,13 @@ class ConvolutionDesc(PrimitiveDesc):
         if not self._flat_src() and b_bytes <= blocking.L2_BUDGET:
             return False
         return b_bytes >= g.n * _prod(g.src) * g.icg
+
+    def _copies(self) -> int:
+        """Padded copies of each image in the scratchpad (if it has one): one a thread
+        where the threads split the column tiles (each reads every row, from the copy it
+        wrote itself and has in its own caches; reading rows another core has just
+        written cost res5 3x3/2 5% on a Zen 4, two threads), else one."""
+        return self.threads if self._split_columns() and not self._direct_src() else 1
 
     def _pixel_parts(self) -> int:
         """How many ways the output pixels split between threads (1 where they take column tiles)."""
@@ -470,17 +480,17 @@ class _Convolution(GemmKernels, Primitive):
             if pd._strips:  # read in place; the threads copy the edges into the strips (but for _edges)
                 a, pixel, rows_src = src.array, g.icg, src.array
             else:
-                a = a.reshape((g.n,) + g.padded + (G, g.icgp))
+                a = a.reshape((pd._copies() * g.n,) + g.padded + (G, g.icgp))
                 if src.desc.perm == _channels_last(src.desc.ndims):
                     x = src.array.reshape((g.n,) + g.src + (G, g.icg))
                 else:
                     x = np.moveaxis(src.logical(), 1, -1).reshape((g.n,) + g.src + (G, g.icg))
                 (d0, h0, w0) = g.pad_l
-                interior = a[:, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg]
+                interior = a[:g.n, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg]
                 pixel = G * g.icgp
-                # (Threads that split the columns would each copy every row, into the same
-                # lines: 2-6% slower than one copy before them.)
-                if g.icg == g.icgp and g.padded[0] == 1 and not pd._split_columns() and x.flags.c_contiguous \
+                # (Threads that split the columns each copy every row, into a copy of their
+                # own: pd._copies.)
+                if g.icg == g.icgp and g.padded[0] == 1 and x.flags.c_contiguous \
                         and np.may_share_memory(x, src.array):
                     rows_src = x  # whole pixels, one depth plane, the user's channels-last array
                 else:
@@ -608,17 +618,23 @@ class _Convolution(GemmKernels, Primitive):
             places = [(n, od, h0, h1) for n in range(g.n) for od in range(OD) for h0, h1 in pd._row_splits()]
             slots = (self._copy_slots(packs, len(places), by_columns)
                      if rows_src is not None and not strips else None)
-            items = []
-            for j, (n, od, h0, h1) in enumerate(places):
-                row0 = ((n * OD + od) * OH + h0) * OW
-                if strips:
-                    items += self._strip_items(rows_src, sp, pixel, n, h0, h1, row0, OC * dbytes)
-                    continue
-                slot = n if slots is None else slots[j]  # the padded image the item reads
-                copy = () if rows_src is None else (self._row_copy(rows_src, a, pixel, n, h0, h1, slot),)
-                items.append((0, 0, slot * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
-                              OW, row0, copy, self.pd._row_classes(h0, h1 - h0)))
+
+            def items_reading(copy: int) -> list:  # ``copy``: which of the image's copies (pd._copies)
+                items = []
+                for j, (n, od, h0, h1) in enumerate(places):
+                    row0 = ((n * OD + od) * OH + h0) * OW
+                    if strips:
+                        items += self._strip_items(rows_src, sp, pixel, n, h0, h1, row0, OC * dbytes)
+                        continue
+                    slot = copy * g.n + (n if slots is None else slots[j])  # the padded image the item reads
+                    calls = () if rows_src is None else (self._row_copy(rows_src, a, pixel, n, h0, h1, slot),)
+                    items.append((0, 0, slot * image + (od * sd * Hp + h0 * sh) * Wp * pixel, row0 * OC * dbytes,
+                                  OW, row0, calls, self.pd._row_classes(h0, h1 - h0)))
+                return items
+            items = items_reading(0)
         threads = min(pd.threads, packs[0][0].tiles if by_columns else len(items))
+        own = by_columns and rows_src is not None and not strips  # each thread fills a copy of its own
+        thread_items = [items_reading(t) if own and t else items for t in range(threads)]
         per_thread = [[] for _ in range(threads)]
         copied = [set() for _ in range(threads)]  # id() of the copies each thread has run
         all_items, keep = [], [layouts]
@@ -627,8 +643,8 @@ class _Convolution(GemmKernels, Primitive):
         keep.append(cell_parts)
         for grp, (packed, choice) in enumerate(packs):
             n_chunks = column_chunks(packed, len(items), threads)  # sweeps of a thread's items
-            if by_columns:  # thread t: its tiles, every item
-                work = [(items, [tiles]) for tiles in split(packed.tiles, threads)]
+            if by_columns:  # thread t: its tiles, every item (reading its own copy, pd._copies)
+                work = [(thread_items[t], [tiles]) for t, tiles in enumerate(split(packed.tiles, threads))]
             else:  # thread t: its items, all tiles (in L2-sized chunks)
                 chunks = split(packed.tiles, min(n_chunks, packed.tiles))
                 work = [(items[b:e], chunks) for b, e in split(len(items), threads)]

@@ -309,11 +309,12 @@ def test_layout_kernels_share_one_tile_width(isa):
             assert [c.path.kind for c in choices] == ["maddubsw", "widen"]
 
 
-@pytest.mark.parametrize("ker", [1, 3])
-def test_threads_split_columns(isa_path, ker, monkeypatch):
+@pytest.mark.parametrize("ker,layout", [(1, 0), (3, 0), (3, 1)])
+def test_threads_split_columns(isa_path, ker, layout, monkeypatch):
     """Two threads and one image whose weights outweigh it: the threads take column tiles
     (every pixel each), flat (1x1) and row by row (3x3, 7 output rows: its weights made
-    to outgrow L2's share, as res5's do), bit for bit."""
+    to outgrow L2's share, as res5's do; each thread copies the rows into a padded copy
+    of its own, or, from a channels-first source, all read one copy), bit for bit."""
     import primitives.conv_blocking as blocking
     from primitives.conv import ConvolutionDesc as Desc
 
@@ -322,7 +323,7 @@ def test_threads_split_columns(isa_path, ker, monkeypatch):
     pad = ker // 2
     p = dict(sp=2, groups=1, icg=64, ocg=100, ker=(ker, ker), dil=(0, 0), pad_l=(pad, pad), pad_r=(pad, pad),
              strides=(1, 1), size=(7, 7), n=1, src_dt="u8", dst_dt="u8", zp_src=None, wscale="oc", s_src=0.05,
-             zp_dst=None, bias=True, post=[("eltwise", "relu", 0.0, 0.0)], layout=0, policy="exact", packed=True,
+             zp_dst=None, bias=True, post=[("eltwise", "relu", 0.0, 0.0)], layout=layout, policy="exact", packed=True,
              seed=5)  # odd seed: two threads
     got, want = run_case(p, isa_path)
     np.testing.assert_array_equal(got, want)
@@ -330,6 +331,7 @@ def test_threads_split_columns(isa_path, ker, monkeypatch):
               desc((1, 100, 7, 7), "u8", "nhwc"), padding_l=(pad, pad), padding_r=(pad, pad), isa=isa_path,
               threads=2)
     assert pd._split_columns()
+    assert pd._copies() == (2 if ker == 3 else 1)  # each thread reads the padded copy it filled
 
 
 @pytest.mark.parametrize("icg", [3, 5])
