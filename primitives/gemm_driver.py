@@ -163,9 +163,10 @@ def tuned_spec(kspec, M: int, N: int, K: int, threads: int):
     thread, each column tile's B comes from L3 at the first row block, and fetching it
     during the previous tile's row blocks gains 4-10% (64x4096x4096); with fewer rows the
     extra stream competes with B's own (M=8: -15%), and prefetching B ahead of the K loop
-    gains 2-6% instead (M=4 N=K=4096, M=32 2048->1000; :func:`prefetch_ahead_bytes`);
-    with many it only costs slots. A primitive that knows its shape asks for this spec when it is created, so the
-    kernel it generates is the one that runs.
+    gains 2-6% instead (M=4 N=K=4096, M=32 2048->1000; on Intel: see
+    :func:`prefetch_ahead_bytes`); with many it only costs slots. A primitive that knows
+    its shape asks for this spec when it is created, so the kernel it generates is the
+    one that runs.
     """
     from dataclasses import replace
 
