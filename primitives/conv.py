@@ -329,7 +329,8 @@ class ConvolutionDesc(PrimitiveDesc):
         where the threads split the column tiles (each reads every row, from the copy it
         wrote itself and has in its own caches; reading rows another core has just
         written cost res5 3x3/2 5% on a Zen 4, two threads), else one."""
-        return self.threads if self._split_columns() and not self._direct_src() else 1
+        copy = not (self._direct_src() or self._edges or self._strips)
+        return self.threads if copy and self._split_columns() else 1
 
     def _pixel_parts(self) -> int:
         """How many ways the output pixels split between threads (1 where they take column tiles)."""

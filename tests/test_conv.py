@@ -309,15 +309,19 @@ def test_layout_kernels_share_one_tile_width(isa):
             assert [c.path.kind for c in choices] == ["maddubsw", "widen"]
 
 
-@pytest.mark.parametrize("ker,layout", [(1, 0), (3, 0), (3, 1)])
-def test_threads_split_columns(isa_path, ker, layout, monkeypatch):
+@pytest.mark.parametrize("ker,layout,copy", [(1, 0, False), (3, 0, False), (3, 0, True), (3, 1, True)])
+def test_threads_split_columns(isa_path, ker, layout, copy, monkeypatch):
     """Two threads and one image whose weights outweigh it: the threads take column tiles
     (every pixel each), flat (1x1) and row by row (3x3, 7 output rows: its weights made
-    to outgrow L2's share, as res5's do; each thread copies the rows into a padded copy
-    of its own, or, from a channels-first source, all read one copy), bit for bit."""
+    to outgrow L2's share, as res5's do), bit for bit. 3x3 reads its edges in place or
+    from strips, or (``copy``) from the padded copy: each thread copies the rows into a
+    copy of its own, or, from a channels-first source, all read one copy made before."""
     import primitives.conv_blocking as blocking
+    from primitives import conv
     from primitives.conv import ConvolutionDesc as Desc
 
+    if copy:
+        monkeypatch.setattr(conv.Geometry, "strips", lambda self: None)  # the padded copy, not the strips
     if ker == 3:
         monkeypatch.setattr(blocking, "L2_BUDGET", 50 << 10)
     pad = ker // 2
@@ -331,7 +335,35 @@ def test_threads_split_columns(isa_path, ker, layout, monkeypatch):
               desc((1, 100, 7, 7), "u8", "nhwc"), padding_l=(pad, pad), padding_r=(pad, pad), isa=isa_path,
               threads=2)
     assert pd._split_columns()
-    assert pd._copies() == (2 if ker == 3 else 1)  # each thread reads the padded copy it filled
+    assert pd._copies() == (2 if copy else 1)  # each thread reads the padded copy it filled
+    assert (pd.impl_info()["source"] == "padded copy in the scratchpad") is copy
+
+
+def test_split_columns_copies_fit_a_user_scratchpad(isa_path, guarded, monkeypatch):
+    """The threads' own padded copies (column split, two threads) lie inside the size
+    scratchpad_desc() reports: a user scratchpad of exactly that size, its last byte
+    against a guard page, bit for bit."""
+    import primitives.conv_blocking as blocking
+    from primitives import conv
+
+    monkeypatch.setattr(blocking, "L2_BUDGET", 30 << 10)  # weights 57.6 KB outgrow L2's share
+    monkeypatch.setattr(conv.Geometry, "strips", lambda self: None)  # the padded copy, not the strips
+    rng = np.random.default_rng(12)
+    x = rng.integers(0, 256, (1, 7, 7, 64)).astype(np.uint8)
+    w = rng.integers(-128, 128, (100, 64, 3, 3)).astype(np.int8)
+    pd = ConvolutionDesc(desc((1, 64, 7, 7), "u8", "nhwc"), desc(w.shape, "s8", "oihw"),
+                         desc((1, 100, 7, 7), "u8", "nhwc"), padding_l=(1, 1), padding_r=(1, 1),
+                         attr=Attr(scales={"src": 0}, scratchpad_mode="user"), isa=isa_path, threads=2)
+    assert pd._copies() == 2
+    pad = guarded(pd.scratchpad_desc().nbytes, np.uint8, "end")
+    dst = np.zeros((1, 7, 7, 100), np.uint8)
+    prim = pd.create()
+    for _ in range(2):  # the second call replays
+        dst[...] = 0
+        prim.execute({"src": x, "weights": w, "dst": dst, "scales:src": np.float32([0.01]), "scratchpad": pad})
+        v = conv_sum(np.moveaxis(x, -1, 1), w, (1, 1), (1, 1), (1, 1), (0, 0))
+        want = output_pipeline(_to_rows(v), dst_dt="u8", scale=np.float32([0.01]))
+        np.testing.assert_array_equal(dst.reshape(-1, 100), want)
 
 
 @pytest.mark.parametrize("icg", [3, 5])
