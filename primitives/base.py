@@ -404,10 +404,19 @@ class Primitive:
         """Run the primitive on ``args`` (name -> Memory or numpy array); see the module docstring."""
         quiet = not verbose.enabled("exec")
         if type(args) is dict:
+            local = self._local
+            # This thread's last replay first: a network calls a layer with one argument
+            # set, and finding its slot costs about as much as the test (Zen 4: a 1x16x4
+            # inner product's execute 2.2-2.4 -> 1.8-2.0 us, the fc at batch 1 -0.3-0.8 us).
+            last = getattr(local, "last", None)
+            if last is not None and quiet and last.matches(args):
+                last.run()
+                return
             slot = self._slot(args, create=False)
             if slot is not None:
                 replay = slot.replay
                 if replay is not None and quiet and replay.matches(args):
+                    local.last = replay
                     replay.run()  # the same arrays as this set's last call on this thread
                     return
                 slot.replay = None  # the set-up below rewrites this set's scratchpad
@@ -461,6 +470,7 @@ class Primitive:
         """The checked path of ``execute``; returns the replay it recorded (in ``slot``,
         or in this thread's slot for ``args``), if any."""
         spec = self._spec()
+        self._local.last = None  # (a replay of this thread's slots only, never one a set-up may have left stale)
         if spec.user_scratchpad and spec.scratch_need:
             self._forget_replays()  # argument sets may share the caller's scratchpad
         mem = spec.fast(args) if quiet else None
@@ -500,10 +510,13 @@ class Primitive:
                   slot: "_Slot | None" = None) -> "Replay | None":
         if isinstance(replay, Replay) and type(args) is dict and replay.record(args, mem, spec):
             (slot or self._slot(args)).replay = replay
+            if slot is None:  # (a bound call's slot is its own: execute never runs its replay)
+                self._local.last = replay
             return replay
         return None
 
     def _forget_replays(self) -> None:
+        self._local.last = None
         for slot in getattr(self._local, "slots", {}).values():
             slot.replay = None
 

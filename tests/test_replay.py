@@ -479,3 +479,48 @@ def test_gemm_c_over_a_is_refused():
     g = Gemm(8, 32, 64, B=np.ones((64, 32), np.int8), lda=128)
     with pytest.raises(ValueError, match="^C: overlaps A; gemm does not run in place"):
         g.execute(A, buf)
+
+
+def test_last_replay_first_then_the_slots(monkeypatch):
+    """execute() tries this thread's last replay before it looks up the argument set's
+    slot: a set that shares the slot (the same packed weights) and replaced its replay,
+    a set taken through the slot, and a bound call (whose replay is its own) each leave
+    the last one what the next call may run, bit for bit."""
+    p, a = _conv()
+    b = dict(a, src=np.random.default_rng(3).integers(0, 256, a["src"].shape).astype(np.uint8),
+             dst=np.zeros_like(a["dst"]))
+    p.execute(a)
+    assert p._local.last is p._replay_for(a)
+    want_a = _fresh(p, a)  # (a full path: the last replay is now the copy's)
+    p.execute(b)  # the same slot: b's replay takes its place
+    assert p._local.last is p._replay_for(b) is not None and p._replay_for(a) is p._replay_for(b)
+    want_b = _fresh(p, b)
+    for _ in range(2):
+        for args, want in ((a, want_a), (b, want_b)):  # each: past the last one, through a full path
+            args["dst"][...] = 0
+            p.execute(args)
+            np.testing.assert_array_equal(args["dst"], want)
+    run = p.bind(a)
+    assert p._local.last is None  # the bound call's replay is not this thread's to run
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        run()
+    np.testing.assert_array_equal(a["dst"], want_a)
+    p.execute(b)
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        b["dst"][...] = 0
+        p.execute(b)  # the last replay, taken first
+    np.testing.assert_array_equal(b["dst"], want_b)
+    # A set of the same slot that records no replay (a verbose call) rewrites the slot's
+    # scratchpad with its own bias: a's next call sets up again.
+    c = dict(a, bias=a["bias"] + 40, dst=np.zeros_like(a["dst"]))
+    p.execute(a)
+    with monkeypatch.context() as m:
+        m.setenv("INT8JIT_VERBOSE", "exec")
+        p.execute(c)
+    assert p._replay_for(c) is None and p._local.last is None
+    a["dst"][...] = 0
+    p.execute(a)
+    np.testing.assert_array_equal(a["dst"], want_a)
+    assert not np.array_equal(c["dst"], want_a)
