@@ -232,7 +232,7 @@ class Gemm:
         if policy not in POLICIES:
             raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy = policy
-        self.isa = isa_mod.planning_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
+        self.isa = isa_mod.planning_isa(isa)
         self.threads = resolve_threads(threads)
         self.float_mode = not (self.alpha == 1.0 and self.beta in (0.0, 1.0))
         self._kernels: dict = {}

@@ -214,8 +214,7 @@ class PoolingDesc(PrimitiveDesc):
         elif dst.tag != src.tag:
             raise ValueError(f"dst_desc: tag {dst.tag!r} differs from src's {src.tag!r}; pooling keeps the layout")
         _check_attr(attr)
-        cap = None if isa is None else isa_mod.check_name(isa, "isa")
-        super().__init__(attr, isa_mod.planning_isa(cap))
+        super().__init__(attr, isa_mod.planning_isa(isa))
         self.threads = resolve_threads(threads)
         self._src, self._dst = src, dst
         self._set_desc(SRC, src)

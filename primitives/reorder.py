@@ -126,7 +126,7 @@ class ReorderDesc(PrimitiveDesc):
                                  f"types only ({', '.join(INT_TYPES)})")
         self._set_desc(SRC, src_desc)
         self._set_desc(DST, dst_desc)
-        self.isa = isa_mod.planning_isa(None if isa is None else isa_mod.check_name(isa, "isa"))
+        self.isa = isa_mod.planning_isa(isa)
         self.threads = resolve_threads(threads)
         self._masks = {name: (self.attr.scales_mask(arg) if kind == "scales" else self.attr.zero_points_mask(arg))
                        for name, arg, kind in _ATTR_ARGS}

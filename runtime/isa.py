@@ -109,12 +109,14 @@ def effective_isa(cap: str | None = None) -> str:
     return usable[-1]
 
 
-def planning_isa(cap: str | None = None) -> str:
-    """The path a primitive descriptor plans for: :func:`effective_isa`, or, on a CPU
-    where no path runs, the lowest level. There the descriptor still checks every
-    argument (so bad input is named, not met with the CPU's lack) and takes what needs
-    no kernel (a zero-volume problem, a numpy reorder); :func:`require_path` refuses
-    the rest before any kernel is made."""
+def planning_isa(isa: str | None = None) -> str:
+    """The path a primitive descriptor plans for, given its ``isa`` argument (a cap,
+    checked by name; None: :func:`max_isa`): :func:`effective_isa`, or, on a CPU where no
+    path runs, the lowest level. There the descriptor still checks every argument (so bad
+    input is named, not met with the CPU's lack) and takes what needs no kernel (a
+    zero-volume problem, a numpy reorder); :func:`require_path` refuses the rest before
+    any kernel is made."""
+    cap = None if isa is None else check_name(isa, "isa")
     try:
         return effective_isa(cap)
     except NoIsaPathError:
