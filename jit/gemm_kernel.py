@@ -461,8 +461,11 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
             bounds = sorted({0, spec.cuts[1]} | {b for r in ranges for b in r})
             for s0, s1 in zip(bounds, bounds[1:]):
                 active = [i for i, (lo, hi) in enumerate(ranges) if lo <= s0 and s1 <= hi]
+                if not active:  # no row reads it: B and A move past it
+                    advance(s1 - s0)
+                    continue
                 wide, rest = divmod(s1 - s0, unroll)
-                if active and wide:
+                if wide:
                     seg_loop = Label()
                     MOV(r9, wide)
                     LABEL(seg_loop)
@@ -471,9 +474,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
                     advance(unroll)
                     DEC(r9)
                     asm.JNZ(seg_loop)
-                elif wide:
-                    advance(wide * unroll)
-                for u in range(rest if active else 0):
+                for u in range(rest):
                     k_group(rows, tail=False, u=u, sets=sets, active=active)
                 if rest:
                     advance(rest)
@@ -544,6 +545,16 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         ADD(r10, rbp)
     MOV(r11, [args + off["ldc"]])
     XOR(r15.as_dword, r15.as_dword)
+
+    def past_block(rows: int, move: bool = True) -> None:
+        # r15 past the block's rows; with move, A and C on to the next block's first row
+        if move:
+            IMUL(rbp, r8, rows)
+            ADD(rax, rbp)
+            IMUL(rbp, r11, rows)
+            ADD(r10, rbp)
+        ADD(r15, 4 * rows)
+
     if spec.outer:
         # Blocks of m rows whose A and dst starts are strides apart (a convolution's
         # output rows); r15 keeps counting rows across blocks for row-indexed operands.
@@ -572,12 +583,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
                 MOV(asm.qword[args + off["m_left"]], count)
                 LABEL(again)
             row_block(rows, ranges)
-            if j + 1 < len(blocks) or count > 1:
-                IMUL(rbp, r8, rows)
-                ADD(rax, rbp)
-                IMUL(rbp, r11, rows)
-                ADD(r10, rbp)
-            ADD(r15, 4 * rows)
+            past_block(rows, move=j + 1 < len(blocks) or count > 1)
             if count > 1:
                 DEC(asm.qword[args + off["m_left"]])
                 asm.JNZ(again)
@@ -590,11 +596,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         CMP(m_left, mr)
         JB(row_tail)
         row_block(mr)
-        IMUL(rbp, r8, mr)
-        ADD(rax, rbp)
-        IMUL(rbp, r11, mr)
-        ADD(r10, rbp)
-        ADD(r15, 4 * mr)
+        past_block(mr)
         SUB(m_left, mr)
         JMP(row_loop)
 
@@ -607,7 +609,7 @@ def _emit(spec: GemmKernelSpec, argument) -> None:
         for rows, label in tails.items():
             LABEL(label)
             row_block(rows)
-            ADD(r15, 4 * rows)
+            past_block(rows, move=False)
             JMP(outer_next)
 
     LABEL(outer_next)
