@@ -221,9 +221,15 @@ class PrimitiveDesc:
         """The implementation's details; subclasses add theirs."""
         return {"kind": self.kind, "impl": type(self).__name__, "isa": self.isa}
 
+    def runs_isa(self) -> str:
+        """The ISA path whose machine code the primitive runs, or ``"any"`` (oneDNN's
+        word for an implementation with none) where it runs none: a zero-volume problem,
+        a numpy reorder. ``isa`` stays the path it planned for (a cache key)."""
+        return "any" if self.empty is not None else str(self.isa)
+
     def empty_info(self) -> dict[str, Any]:
         """``impl_info()`` of a zero-volume descriptor (see :meth:`set_empty`)."""
-        return {"kind": self.kind, "impl": "zero_volume", "isa": self.isa, "exact": True,
+        return {"kind": self.kind, "impl": "zero_volume", "isa": self.runs_isa(), "exact": True,
                 "decision": self.empty}
 
     def impl_name(self) -> str:
@@ -279,14 +285,14 @@ class PrimitiveDesc:
             prim = self._build()
         self.create_ms = (time.perf_counter() - t0) * 1e3
         if verbose.enabled("create"):
-            verbose.create(self.kind, self.impl_name(), self.isa, self._verbose_desc(),
+            verbose.create(self.kind, self.impl_name(), self.runs_isa(), self._verbose_desc(),
                            self._attr().verbose_str(), self.create_ms)
         return prim
 
     primitive = create
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.kind} {self.impl_name()} isa={self.isa} {self._verbose_desc()}>"
+        return f"<{type(self).__name__} {self.kind} {self.impl_name()} isa={self.runs_isa()} {self._verbose_desc()}>"
 
 
 def check_descs(required: Mapping[str, Any], optional: Mapping[str, Any] | None = None) -> None:
@@ -503,7 +509,7 @@ class Primitive:
         if quiet:
             return self._remember(replay, args, mem, spec, slot)
         pd = self.pd
-        verbose.execution(pd.kind, pd.impl_name(), pd.isa, self._verbose_desc(), pd._attr().verbose_str(), ms)
+        verbose.execution(pd.kind, pd.impl_name(), pd.runs_isa(), self._verbose_desc(), pd._attr().verbose_str(), ms)
         return None
 
     def _remember(self, replay: "Replay | None", args: Mapping, mem: dict, spec: "_ArgSpec",

@@ -398,7 +398,9 @@ class Gemm:
         packed = self._packed or self._last_packed
         info = {
             "primitive": "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32",
-            "isa": self.isa, "path": choice.path.kind, "policy": self.policy,
+            # M or N of 0 runs no machine code: "any", as for a zero-volume primitive
+            "isa": "any" if self._empty and self._k_zero is None else self.isa,
+            "path": choice.path.kind, "policy": self.policy,
             "exact": choice.exact_under(self.policy), "decision": choice.reason,
             "tile_n": choice.nr * choice.path.lanes, "threads": self.threads,
             "shape": (self.M, self.N, self.K),

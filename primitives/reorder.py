@@ -150,13 +150,20 @@ class ReorderDesc(PrimitiveDesc):
     def _create_primitive(self) -> "Reorder":
         return Reorder(self)
 
+    def runs_isa(self) -> str:
+        """The reorder kernel's path; ``"any"`` for numpy (and the pack, a numpy step,
+        after whatever its conversion runs)."""
+        if self._inner is not None:
+            return self._inner.runs_isa()
+        return self.isa if self.empty is None and self._spec is not None else "any"
+
     def _impl_info(self) -> dict:
         """Which implementation runs and why."""
         if self._inner is not None:
             inner = self._inner.impl_info()
-            return {"primitive": "reorder", "impl": f"{inner['impl']}+pack", "isa": self.isa,
+            return {"primitive": "reorder", "impl": f"{inner['impl']}+pack", "isa": self.runs_isa(),
                     "layout": repr(self.dst_desc().layout), "convert": inner, "reason": self._reason}
-        info = {"primitive": "reorder", "impl": self._impl, "isa": self.isa, "reason": self._reason,
+        info = {"primitive": "reorder", "impl": self._impl, "isa": self.runs_isa(), "reason": self._reason,
                 "src": str(self.src_desc()), "dst": str(self.dst_desc()), "attr": self.attr.verbose_str()}
         if self._spec is not None:
             info.update(kernel=self._spec.name, view=(self._view.rows, self._view.n),

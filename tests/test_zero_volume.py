@@ -33,6 +33,7 @@ def _no_op(pd, args: dict, dst: np.ndarray) -> None:
     peer test), and still names a wrong argument."""
     info = pd.impl_info()
     assert info["impl"] == "zero_volume" and "zero volume" in info["decision"]
+    assert info["isa"] == "any" and "isa=any" in repr(pd)  # no machine code runs
     assert pd.scratchpad_desc().size == 0 and dst.size == 0
     prim = pd.create()
     prim.execute(args)
