@@ -328,9 +328,13 @@ class ConvolutionDesc(PrimitiveDesc):
         """Padded copies of each image in the scratchpad (if it has one): one a thread
         where the threads split the column tiles (each reads every row, from the copy it
         wrote itself and has in its own caches; reading rows another core has just
-        written cost res5 3x3/2 5% on a Zen 4, two threads), else one."""
+        written cost res5 3x3/2 5% on a Zen 4, two threads), else one. Only whole
+        channels-last pixels of one depth plane are copied row by row in the threads' lists;
+        any other source is copied once, before them, and every thread reads that copy."""
         copy = not (self._direct_src() or self._edges or self._strips)
-        return self.threads if copy and self._split_columns() else 1
+        g, md = self.geometry, self.src_desc()
+        by_rows = md.perm == _channels_last(md.ndims) and g.icg == g.icgp and g.padded[0] == 1
+        return self.threads if copy and by_rows and self._split_columns() else 1
 
     def _pixel_parts(self) -> int:
         """How many ways the output pixels split between threads (1 where they take column tiles)."""
@@ -634,7 +638,8 @@ class _Convolution(GemmKernels, Primitive):
                 return items
             items = items_reading(0)
         threads = min(pd.threads, packs[0][0].tiles if by_columns else len(items))
-        own = by_columns and rows_src is not None and not strips  # each thread fills a copy of its own
+        # each thread fills a copy of its own (where the scratchpad holds them: pd._copies)
+        own = by_columns and rows_src is not None and not strips and pd._copies() > 1
         thread_items = [items_reading(t) if own and t else items for t in range(threads)]
         per_thread = [[] for _ in range(threads)]
         copied = [set() for _ in range(threads)]  # id() of the copies each thread has run

@@ -331,18 +331,22 @@ def test_threads_split_columns(isa_path, ker, layout, copy, monkeypatch):
              seed=5)  # odd seed: two threads
     got, want = run_case(p, isa_path)
     np.testing.assert_array_equal(got, want)
-    pd = Desc(desc((1, 64, 7, 7), "u8", "nhwc"), desc((100, 64, ker, ker), "s8", "any"),
+    tag = "nchw" if layout else "nhwc"
+    pd = Desc(desc((1, 64, 7, 7), "u8", tag), desc((100, 64, ker, ker), "s8", "any"),
               desc((1, 100, 7, 7), "u8", "nhwc"), padding_l=(pad, pad), padding_r=(pad, pad), isa=isa_path,
               threads=2)
     assert pd._split_columns()
-    assert pd._copies() == (2 if copy else 1)  # each thread reads the padded copy it filled
+    # each thread reads the padded copy it filled; from channels-first, the one copy
+    assert pd._copies() == (2 if copy and not layout else 1)
     assert (pd.impl_info()["source"] == "padded copy in the scratchpad") is copy
 
 
-def test_split_columns_copies_fit_a_user_scratchpad(isa_path, guarded, monkeypatch):
+@pytest.mark.parametrize("tag", ["nhwc", "nchw"])
+def test_split_columns_copies_fit_a_user_scratchpad(isa_path, guarded, monkeypatch, tag):
     """The threads' own padded copies (column split, two threads) lie inside the size
     scratchpad_desc() reports: a user scratchpad of exactly that size, its last byte
-    against a guard page, bit for bit."""
+    against a guard page, bit for bit. A channels-first source is copied once, before
+    the threads' lists, and its scratchpad holds that one copy."""
     import primitives.conv_blocking as blocking
     from primitives import conv
 
@@ -351,16 +355,17 @@ def test_split_columns_copies_fit_a_user_scratchpad(isa_path, guarded, monkeypat
     rng = np.random.default_rng(12)
     x = rng.integers(0, 256, (1, 7, 7, 64)).astype(np.uint8)
     w = rng.integers(-128, 128, (100, 64, 3, 3)).astype(np.int8)
-    pd = ConvolutionDesc(desc((1, 64, 7, 7), "u8", "nhwc"), desc(w.shape, "s8", "oihw"),
+    pd = ConvolutionDesc(desc((1, 64, 7, 7), "u8", tag), desc(w.shape, "s8", "oihw"),
                          desc((1, 100, 7, 7), "u8", "nhwc"), padding_l=(1, 1), padding_r=(1, 1),
                          attr=Attr(scales={"src": 0}, scratchpad_mode="user"), isa=isa_path, threads=2)
-    assert pd._copies() == 2
+    assert pd._copies() == (2 if tag == "nhwc" else 1)
     pad = guarded(pd.scratchpad_desc().nbytes, np.uint8, "end")
     dst = np.zeros((1, 7, 7, 100), np.uint8)
+    src = x if tag == "nhwc" else np.ascontiguousarray(np.moveaxis(x, -1, 1))
     prim = pd.create()
     for _ in range(2):  # the second call replays
         dst[...] = 0
-        prim.execute({"src": x, "weights": w, "dst": dst, "scales:src": np.float32([0.01]), "scratchpad": pad})
+        prim.execute({"src": src, "weights": w, "dst": dst, "scales:src": np.float32([0.01]), "scratchpad": pad})
         v = conv_sum(np.moveaxis(x, -1, 1), w, (1, 1), (1, 1), (1, 1), (0, 0))
         want = output_pipeline(_to_rows(v), dst_dt="u8", scale=np.float32([0.01]))
         np.testing.assert_array_equal(dst.reshape(-1, 100), want)
