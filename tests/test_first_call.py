@@ -124,6 +124,8 @@ def test_impl_info_names_every_kernel_made(isa, policy):
     both = policy == "exact" and not isa.endswith("vnni")
     # (the VPMADDUBSW kernel also adds the residual cells of split weights)
     for pd in (conv, matmul):
-        kinds = [name.removesuffix("_cut").split("_")[-2] for name in pd.impl_info()["kernels"]]
+        specs = [pd._kernel_for(c).meta["kspec"] for c in pd._choices]
+        kinds = ["cells" if ks.residual else ks.path.kind for ks in specs]
         assert kinds == (["cells", "widen"] if both else [pd.fast.path.kind]), kinds
+        assert pd.impl_info()["kernels"] == [ks.name for ks in specs]
         assert pd.impl_info()["kernel"] == pd.impl_info()["kernels"][0]
