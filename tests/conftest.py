@@ -122,6 +122,17 @@ def isa_path(request) -> str:
 
 
 @pytest.fixture(autouse=True)
+def _own_primitives():
+    """Each test starts with an empty primitive cache. Its key is the descriptor, not
+    what the decisions a test patches (strips, cache budgets, cuts) made of it, so a test
+    would otherwise run a primitive an earlier test made the other way for an identical
+    descriptor, and pass without running what it meant to. (Kernels stay cached.)"""
+    from primitives import primitive_cache
+
+    primitive_cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def _emulated_path(request, monkeypatch):
     """Under ``INT8JIT_TEST_EMULATE``, a test parametrised with a path this CPU lacks runs
     with its kernel calls emulated."""
