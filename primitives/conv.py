@@ -246,7 +246,7 @@ class ConvolutionDesc(PrimitiveDesc):
         # compensation) leave out their edge pixels' products with the side padding, in
         # the same block as the other pixels: GemmKernelSpec.cuts. ResNet-50's 3x3 at 7x7
         # then computes 361 window pixels, not 399.
-        cut = () if self._strips or self._direct_src() or self.output.col_comp or g.ker[0] != 1 else g.cut_columns()
+        cut = () if self._strips or self._direct_src() or self.output.col_comp else g.cut_columns()
         self._cuts = (g.out[2], g.runs[1] // 4, cut) if cut else ()
         if self._edges:
             self._pad_bytes = 0

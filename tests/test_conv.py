@@ -660,6 +660,8 @@ CUT_CASES = [  # (size, ker, strides, pad_l, pad_r, channels): rows read from th
     ((9, 9), (7, 7), (2, 2), (3, 3), (3, 3), 4),  # the stem's window: two cut pixels a side
     ((4, 5), (1, 3), (1, 1), (0, 2), (0, 3), 8),  # windows wholly in the padding: pixels that read nothing
     ((6,), (5,), (1,), (4,), (2,), 16),  # 1-D
+    ((3, 4, 7), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 8),  # 3-D: every (kd, kh) run cut alike
+    ((4, 3, 9), (2, 1, 5), (2, 1, 2), (0, 0, 2), (1, 0, 3), 4),  # 3-D, strided, padded behind in depth
 ]
 
 
