@@ -221,11 +221,11 @@ class PrimitiveDesc:
         """The implementation's details; subclasses add theirs."""
         return {"kind": self.kind, "impl": type(self).__name__, "isa": self.isa}
 
-    def runs_isa(self) -> str:
+    def runs_isa(self) -> str | None:
         """The ISA path whose machine code the primitive runs, or ``"any"`` (oneDNN's
         word for an implementation with none) where it runs none: a zero-volume problem,
         a numpy reorder. ``isa`` stays the path it planned for (a cache key)."""
-        return "any" if self.empty is not None else str(self.isa)
+        return "any" if self.empty is not None else self.isa
 
     def empty_info(self) -> dict[str, Any]:
         """``impl_info()`` of a zero-volume descriptor (see :meth:`set_empty`)."""

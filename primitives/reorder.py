@@ -150,7 +150,7 @@ class ReorderDesc(PrimitiveDesc):
     def _create_primitive(self) -> "Reorder":
         return Reorder(self)
 
-    def runs_isa(self) -> str:
+    def runs_isa(self) -> str | None:
         """The reorder kernel's path; ``"any"`` for numpy (and the pack, a numpy step,
         after whatever its conversion runs)."""
         if self._inner is not None:
