@@ -106,6 +106,12 @@ class _GemmBasedDesc(PrimitiveDesc):
     """What matmul and inner product share: attributes, output stage, weights layout."""
 
     _k_zero: "MatmulDesc | None" = None  # a matmul with K = 0: the K = 1 one it runs (_zero_k)
+    weights_batch = src_batch = 1  # a batched matmul's: dst's batch, or 1 (broadcast)
+
+    def flat(self) -> bool:
+        """One GEMM of batch*M rows: one weight matrix serves the batch and src has a
+        matrix per item (else a GEMM per item, a broadcast src's one matrix in each)."""
+        return self.weights_batch == 1 and self.src_batch == self.batch
 
     def _start(self, attr, isa, threads, src_md, weights_md, dst_md, bias_md) -> None:
         """The checks both constructors begin with (each then checks its own dims)."""
@@ -200,9 +206,9 @@ class _GemmBasedDesc(PrimitiveDesc):
                          "value, one per column, one per row or a full operand (with dst's batch dims)")
 
     def _kernel_for(self, choice: Choice, output=None):
-        # One GEMM of all rows when one weight matrix serves the batch, else one per item;
-        # threads split rows in whole blocks, so only this remainder needs a tail block.
-        rows = self.M * self.batch if self.weights_batch == 1 else self.M
+        # One GEMM of all rows (flat) or one per item; threads split rows in whole
+        # blocks, so only this remainder needs a tail block.
+        rows = self.M * self.batch if self.flat() else self.M
         return gemm_kernel(choice, self.src_s8, output or self.output, (rows, self.N, self.K, self.threads))
 
     def _key_extra(self):
@@ -226,8 +232,11 @@ class _GemmBasedDesc(PrimitiveDesc):
 class MatmulDesc(_GemmBasedDesc):
     """Matmul ``dst = src @ weights`` (2-D, or batched 3-D) with int8 attributes.
 
-    ``weights_md`` with tag ``any``: :meth:`weights_desc` returns the packed layout;
-    reorder the weights into it (``primitives.reorder``) once and pass that memory.
+    In a batched matmul src's and weights' batch dims are dst's or 1, as in oneDNN: a
+    batch of 1 is broadcast (one weight matrix for every item runs as one GEMM of all
+    the rows). ``weights_md`` with tag ``any`` (one weight matrix): :meth:`weights_desc`
+    returns the packed layout; reorder the weights into it (``primitives.reorder``) once
+    and pass that memory.
     """
 
     kind = "matmul"
@@ -243,15 +252,19 @@ class MatmulDesc(_GemmBasedDesc):
                 raise ValueError(f"{name}: expected {nd} dims like src, got {md.dims}")
         M, K = src_md.dims[-2:]
         N = weights_md.dims[-1]
-        batch = src_md.dims[0] if nd == 3 else 1
+        batch = dst_md.dims[0] if nd == 3 else 1
         if weights_md.dims[-2] != K:
             raise ValueError(f"weights: expected {K} rows to match src's K, got dims {weights_md.dims}")
         if dst_md.dims[-2:] != (M, N):
             raise ValueError(f"dst: expected dims (..., {M}, {N}), got {dst_md.dims}")
+        # As oneDNN's: src's and weights' batch dims are dst's, or 1 (broadcast to it), and
+        # dst's is what they broadcast to.
         if nd == 3:
-            if weights_md.dims[0] not in (1, batch) or dst_md.dims[0] != batch:
-                raise ValueError(f"weights/dst: batch dims {weights_md.dims[0]}/{dst_md.dims[0]} do not fit src's "
-                                 f"{batch}")
+            for name, md in (("src", src_md), ("weights", weights_md)):
+                if md.dims[0] not in (1, batch):
+                    raise ValueError(f"{name}: batch dim {md.dims[0]} is neither dst's ({batch}) nor 1 (broadcast)")
+            if batch != 1 and src_md.dims[0] == weights_md.dims[0] == 1:
+                raise ValueError(f"dst: batch dim {batch}; src's and weights' (1 and 1) broadcast to 1")
         if src_md.is_any:
             src_md = src_md.with_tag(identity_tag(nd))
         if dst_md.is_any:
@@ -261,8 +274,10 @@ class MatmulDesc(_GemmBasedDesc):
         if weights_md.is_any and nd == 3 and weights_md.dims[0] != 1:
             raise ValueError(f"weights: 'any' (packed once) takes one weight matrix; got batch {weights_md.dims[0]}")
         _check("weights", weights_md, weights_md.is_any or weights_md.is_plain, "a plain tag or 'any'")
-        self.weights_batch = weights_md.dims[0] if nd == 3 else 1
-        self._setup(M, K, N, src_md, weights_md, dst_md, bias_md, (0, 1), batch)
+        if nd == 3:
+            self.weights_batch, self.src_batch = weights_md.dims[0], src_md.dims[0]
+        # (the order names every dim: packed weights of dims (1, K, N) are read as (K, N))
+        self._setup(M, K, N, src_md, weights_md, dst_md, bias_md, tuple(range(nd)), batch)
 
 
 class InnerProductDesc(_GemmBasedDesc):
@@ -297,7 +312,6 @@ class InnerProductDesc(_GemmBasedDesc):
         K = math.prod(src_md.dims[1:])
         # The kernel's K runs in src's memory order; the weights follow it, then OC last.
         order = tuple(src_md.perm[1:]) + (0,)
-        self.weights_batch = 1
         self._setup(M, K, OC, src_md, weights_md, dst_md, bias_md, order, 1)
 
 
@@ -388,20 +402,20 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         dst_scale, output = dst_stage(pd.output, mem[scales(DST)].array if scales(DST) in mem else None,
                                       mem[zero_points(DST)].array if zero_points(DST) in mem else None)
         ao = zp_src + (128 if pd.src_s8 else 0)
-        # With one weight matrix the batch is one GEMM of batch*M rows.
-        flat = pd.weights_batch == 1
+        flat = pd.flat()
         rows = M * batch if flat else M
         a_all = mem[SRC].array.reshape(-1, rows, K)
         c_all = mem[DST].array.reshape(-1, rows, N)
         keep, runs = [], []
-        for b in range(a_all.shape[0]):
+        for b in range(c_all.shape[0]):
             packed, choice = self._weights(mem[WEIGHTS], b)
 
             def comp():  # -ao * column sums, wrapping as int32
                 views["col_comp"][:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
             # Weights packed at this call are new objects (an id may repeat): always recompute.
             refresh(views["last"], "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else None, comp)
-            a, lda, a4 = a_all[b], K, None
+            a_b = a_all[b if pd.src_batch > 1 else 0]
+            a, lda, a4 = a_b, K, None
             if K < 4:  # the kernel reads whole dwords of A: pad K to 4 in the scratchpad
                 a4 = views["a4"][: 4 * rows].reshape(rows, 4)
                 a4[:, :K] = a.view(np.uint8)
@@ -417,7 +431,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                     st.po_src[i] = base + {"common": 0, "col": 4 * c0, "row": 4 * r0, "full": r0 * 4 * N + 4 * c0}[kind]
                     st.po_ld[i] = 4 * N
             run(plan, a, c_all[b])
-            runs.append((plan, a4, a_all[b]))
+            runs.append((plan, a4, a_b))
         # One GEMM on the caller's arrays is repeated by its kernel calls alone (a K < 4
         # source is re-padded); several set their pointers per batch item.
         if kept and len(runs) == 1 and mem[WEIGHTS].desc.is_packed \

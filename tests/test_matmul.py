@@ -194,24 +194,48 @@ def test_seed_example_every_path(isa_path):
     assert out["faithful"] == (64770 if isa_path.endswith("vnni") else 32767)
 
 
-def test_batched_matmul(isa_path):
+@pytest.mark.parametrize("sb,wb", [(3, 1), (3, 3), (1, 3)])
+@pytest.mark.parametrize("K", [37, 3])
+def test_batched_matmul(isa_path, sb, wb, K):
+    """A batch of 3: src's and weights' batch dims each 3 or 1 (broadcast, as oneDNN's),
+    runtime and packed weights, K under 4 (the padded source) too, twice (a replay)."""
     rng = np.random.default_rng(1)
-    B, M, K, N = 3, 5, 37, 20
-    src = _rand(rng, "u8", (B, M, K))
-    for wb in (1, B):
-        wei = _rand(rng, "s8", (wb, K, N))
-        src1 = rng.uniform(-1, 1, (B, M, N)).astype(np.float32)
-        attr = Attr(scales={"weights": 4}).set_post_ops(PostOps().binary("add", desc((B, M, N), "f32", "abc")))
-        pd = MatmulDesc(desc((B, M, K), "u8", "abc"), desc((wb, K, N), "s8", "abc"), desc((B, M, N), "f32", "abc"),
+    B, M, N = 3, 5, 20
+    src = _rand(rng, "u8", (sb, M, K))
+    wei = _rand(rng, "s8", (wb, K, N))
+    src1 = rng.uniform(-1, 1, (B, M, N)).astype(np.float32)
+    attr = Attr(scales={"weights": 4}).set_post_ops(PostOps().binary("add", desc((B, M, N), "f32", "abc")))
+    for tag in ("abc",) + (("any",) if wb == 1 else ()):
+        pd = MatmulDesc(desc((sb, M, K), "u8", "abc"), desc((wb, K, N), "s8", tag), desc((B, M, N), "f32", "abc"),
                         attr=attr, isa=isa_path)
+        weights = wei
+        if tag == "any":
+            weights = Memory(pd.weights_desc())
+            reorder_desc(desc((wb, K, N), "s8", "abc"), pd.weights_desc()).create().execute(
+                {"src": wei, "dst": weights})
         s_wei = rng.uniform(0.01, 0.1, N).astype(np.float32)
         dst = np.zeros((B, M, N), np.float32)
-        pd.create().execute({"src": src, "weights": wei, "dst": dst, "scales:weights": s_wei,
-                             "post_op:0:src_1": src1})
-        for b in range(B):
-            want = model(src[b], wei[b % wb], policy="exact", isa=isa_path, s_wei=s_wei,
-                         post=[("binary", "add", src1[b])], dst_dt="f32")
-            np.testing.assert_array_equal(dst[b], want)
+        prim = pd.create()
+        for _ in range(2):
+            dst[...] = 0
+            prim.execute({"src": src, "weights": weights, "dst": dst, "scales:weights": s_wei,
+                          "post_op:0:src_1": src1})
+            for b in range(B):
+                want = model(src[b % sb], wei[b % wb], policy="exact", isa=isa_path, s_wei=s_wei,
+                             post=[("binary", "add", src1[b])], dst_dt="f32")
+                np.testing.assert_array_equal(dst[b], want)
+
+
+def test_batched_matmul_batch_dims_must_broadcast_to_dst():
+    def make(sb, wb, db):
+        return MatmulDesc(desc((sb, 4, 8), "u8", "abc"), desc((wb, 8, 5), "s8", "abc"), desc((db, 4, 5), "s32", "abc"))
+    with pytest.raises(ValueError, match=r"^src: batch dim 2 is neither dst's \(3\) nor 1"):
+        make(2, 3, 3)
+    with pytest.raises(ValueError, match=r"^weights: batch dim 2 is neither dst's \(3\) nor 1"):
+        make(3, 2, 3)
+    with pytest.raises(ValueError, match=r"^dst: batch dim 3; src's and weights' \(1 and 1\) broadcast to 1"):
+        make(1, 1, 3)
+    assert make(1, 3, 3).impl_info()["shape"][0] == 3
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

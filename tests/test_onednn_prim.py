@@ -310,3 +310,49 @@ def test_zero_volume_problems_as_onednn_takes_them():
     assert differ == {"matmul K=0": ("wrote", "no-op"), "conv H=0": ("refused", "no-op")}, (mine, theirs)
     assert sorted(n for n, v in mine.items() if v == "refused") == ["conv H=0", "conv IC=0", "conv OC=0", "ip K=0",
                                                                     "ip OC=0"]
+
+
+_BROADCAST_CHILD = r"""
+import json, numpy as np
+from tools import onednn_prim as dp
+out = {}
+for sb, wb, db in CASES:
+    rng = np.random.default_rng(sb * 100 + wb * 10 + db)
+    a = rng.integers(0, 256, (sb, 4, 9)).astype(np.uint8)
+    w = rng.integers(-63, 64, (wb, 9, 5)).astype(np.int8)
+    try:
+        p = dp.matmul(dp.md(a.shape, "u8", "abc"), dp.md(w.shape, "s8", "abc"), dp.md((db, 4, 5), "s32", "abc"))
+    except dp.OneDNNError:
+        out[f"{sb},{wb},{db}"] = "refused"
+        continue
+    c = np.zeros((db, 4, 5), np.int32)
+    p.bind({"src": a, "weights": w, "dst": c})()
+    out[f"{sb},{wb},{db}"] = c.tolist()
+print(json.dumps(out))
+"""
+
+
+def test_matmul_batch_broadcast_as_onednn_takes_it():
+    """src's or weights' batch dim of 1 broadcasts to dst's, in oneDNN 3.2 as in int8jit
+    (the same s32 results; weights within +-63, so no path of either saturates), and
+    both refuse a dst batch that the two do not broadcast to."""
+    from primitives.matmul import MatmulDesc
+    from primitives.memory import desc
+
+    cases = [(1, 3, 3), (3, 1, 3), (3, 3, 3), (1, 1, 3), (2, 3, 3)]
+    proc = _run_child(f"CASES = {cases!r}\n" + _BROADCAST_CHILD)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    for sb, wb, db in cases:
+        rng = np.random.default_rng(sb * 100 + wb * 10 + db)
+        a = rng.integers(0, 256, (sb, 4, 9)).astype(np.uint8)
+        w = rng.integers(-63, 64, (wb, 9, 5)).astype(np.int8)
+        try:
+            pd = MatmulDesc(desc(a.shape, "u8", "abc"), desc(w.shape, "s8", "abc"), desc((db, 4, 5), "s32", "abc"))
+        except ValueError:
+            assert theirs[f"{sb},{wb},{db}"] == "refused", (sb, wb, db)
+            continue
+        c = np.zeros((db, 4, 5), np.int32)
+        pd.create().execute({"src": a, "weights": w, "dst": c})
+        assert c.tolist() == theirs[f"{sb},{wb},{db}"], (sb, wb, db)
+        np.testing.assert_array_equal(c, np.matmul(a.astype(np.int64), w.astype(np.int64)))
