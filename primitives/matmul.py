@@ -107,11 +107,13 @@ class _GemmBasedDesc(PrimitiveDesc):
 
     _k_zero: "MatmulDesc | None" = None  # a matmul with K = 0: the K = 1 one it runs (_zero_k)
     weights_batch = src_batch = 1  # a batched matmul's: dst's batch, or 1 (broadcast)
+    _item_binary = False  # a binary operand of one value or one per column per batch item
 
     def flat(self) -> bool:
-        """One GEMM of batch*M rows: one weight matrix serves the batch and src has a
-        matrix per item (else a GEMM per item, a broadcast src's one matrix in each)."""
-        return self.weights_batch == 1 and self.src_batch == self.batch
+        """One GEMM of batch*M rows: one weight matrix serves the batch, src has a matrix
+        per item, and no binary operand varies by item but along rows (else a GEMM per
+        item, a broadcast src's one matrix in each)."""
+        return self.weights_batch == 1 and self.src_batch == self.batch and not self._item_binary
 
     def _start(self, attr, isa, threads, src_md, weights_md, dst_md, bias_md) -> None:
         """The checks both constructors begin with (each then checks its own dims)."""
@@ -141,7 +143,7 @@ class _GemmBasedDesc(PrimitiveDesc):
                                                       if self.kind == "matmul" else (0, 1), DST: (0,)},
                       zero_points_args=(SRC, DST), zero_points_masks={SRC: (0,), DST: (0, col_mask)},
                       max_sums=1)
-        plan = output_plan(attr, dst_md, bias_md, lambda src1, i: self._broadcast(src1, dst_md, i),
+        plan = output_plan(attr, dst_md, bias_md, self._broadcast,
                            col_comp=column_compensation(attr, src_md.dt))
         self.output, self._scale_kind, self._binary = plan.spec, plan.scale_kind, list(plan.binary)
         self.src_s8 = src_md.dt == "s8"
@@ -188,22 +190,18 @@ class _GemmBasedDesc(PrimitiveDesc):
         # (a library scratchpad: the K = 1 primitive's own)
         self.scratchpad_nbytes = self._k_zero.scratchpad_nbytes if self.attr.scratchpad_mode == "user" else 0
 
-    def _broadcast(self, src1: MemoryDesc, dst_md: MemoryDesc, index: int) -> str:
+    def _broadcast(self, src1: MemoryDesc, index: int) -> str:
+        """A binary operand's kind (``jit.output``), its dims each dst's or 1 as oneDNN
+        broadcasts them: one value, one per column, one per row, or full, for every
+        batch item or one per item. An operand with one value, or one per
+        column, per batch item makes the batch a GEMM per item (:meth:`flat`)."""
         if src1.dt != "f32":
             raise ValueError(f"post_ops[{index}]: binary operand of type {src1.dt!r}; {self.kind} takes f32 operands")
-        dims, out = src1.dims, dst_md.dims
-        lead_ones = all(d == 1 for d in dims[:-2])
-        if all(d == 1 for d in dims):
-            return "common"
-        if lead_ones and dims[-2] == 1 and dims[-1] == out[-1]:
-            return "col"
-        if self.batch == 1 or dims[:-2] == out[:-2]:
-            if dims[-2] == out[-2] and dims[-1] == 1 and (lead_ones or dims[:-2] == out[:-2]):
-                return "row"
-            if dims[-2:] == out[-2:] and (self.batch == 1 or dims[:-2] == out[:-2]):
-                return "full"
-        raise ValueError(f"post_ops[{index}]: binary operand dims {dims} against dst {out}: {self.kind} takes one "
-                         "value, one per column, one per row or a full operand (with dst's batch dims)")
+        dims = src1.dims  # (Attr.validate checked that they broadcast to dst's)
+        kind = "common" if dims[-2:] == (1, 1) else "col" if dims[-2] == 1 else "row" if dims[-1] == 1 else "full"
+        if kind in ("common", "col") and any(d > 1 for d in dims[:-2]):
+            self._item_binary = True
+        return kind
 
     def _kernel_for(self, choice: Choice, output=None):
         # One GEMM of all rows (flat) or one per item; threads split rows in whole
@@ -453,8 +451,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
     def _operand(self, src1: np.ndarray, kind: str, b: int, flat: bool) -> np.ndarray:
         """A binary operand as the kernel reads it for batch item ``b`` (all rows when flat)."""
         pd = self.pd
-        if kind in ("common", "col"):
-            return src1
+        if kind in ("common", "col"):  # (one per item: flat is False)
+            return src1[b] if src1.ndim == 3 and src1.shape[0] == pd.batch > 1 else src1
         shape = (pd.batch, pd.M, pd.N if kind == "full" else 1)
         if src1.ndim == 3 and src1.shape[0] == pd.batch:
             src1 = src1 if flat else src1[b]

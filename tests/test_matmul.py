@@ -226,6 +226,31 @@ def test_batched_matmul(isa_path, sb, wb, K):
                 np.testing.assert_array_equal(dst[b], want)
 
 
+@pytest.mark.parametrize("wb", [1, 3])
+def test_batched_binary_operands_broadcast(isa_path, wb):
+    """A binary post-op operand of a batched matmul, each dim dst's or 1 (oneDNN's
+    broadcast): one value, a row of columns, a column of rows or a full matrix, for every
+    batch item or one per item (those of one value or one per column per item make the
+    batch a GEMM per item), on one GEMM of all rows (wb = 1) and one per item."""
+    rng = np.random.default_rng(5)
+    B, M, K, N = 3, 5, 12, 20
+    src = _rand(rng, "u8", (B, M, K))
+    wei = _rand(rng, "s8", (wb, K, N))
+    for dims in [(1, 1, 1), (B, 1, 1), (1, 1, N), (B, 1, N), (1, M, 1), (B, M, 1), (1, M, N), (B, M, N)]:
+        src1 = rng.uniform(-2, 2, dims).astype(np.float32)
+        attr = Attr().set_post_ops(PostOps().binary("mul", desc(dims, "f32", "abc")))
+        pd = MatmulDesc(desc((B, M, K), "u8", "abc"), desc((wb, K, N), "s8", "abc"), desc((B, M, N), "f32", "abc"),
+                        attr=attr, isa=isa_path)
+        assert pd.flat() == (wb == 1 and (dims[0] == 1 or dims[1] > 1))
+        dst = np.zeros((B, M, N), np.float32)
+        pd.create().execute({"src": src, "weights": wei, "dst": dst, "post_op:0:src_1": src1})
+        for b in range(B):
+            operand = np.broadcast_to(src1[b % dims[0]], (M, N))
+            want = model(src[b], wei[b % wb], policy="exact", isa=isa_path, post=[("binary", "mul", operand)],
+                         dst_dt="f32")
+            np.testing.assert_array_equal(dst[b], want, err_msg=str(dims))
+
+
 def test_batched_matmul_batch_dims_must_broadcast_to_dst():
     def make(sb, wb, db):
         return MatmulDesc(desc((sb, 4, 8), "u8", "abc"), desc((wb, 8, 5), "s8", "abc"), desc((db, 4, 5), "s32", "abc"))
