@@ -423,10 +423,9 @@ def _broadcast(src1: MemoryDesc, dst: MemoryDesc, index: int) -> str:
         return "common"
     if dims[1] == dst.dims[1] and all(d == 1 for i, d in enumerate(dims) if i != 1):
         return "col"
-    if dims == dst.dims:
-        return "full"
-    raise ValueError(f"post_ops[{index}]: binary operand dims {dims} against dst {dst.dims}: convolution takes one "
-                     "value, one per output channel, or a full operand")
+    # Anything else that broadcasts to dst's dims (each dim dst's or 1, which
+    # Attr.validate checked), as oneDNN's does: a full operand, broadcast at each call.
+    return "full"
 
 
 class _Convolution(GemmKernels, Primitive):
@@ -545,7 +544,9 @@ class _Convolution(GemmKernels, Primitive):
         copied = False  # a binary operand copied here: its values are read at set-up
         for i, kind in pd._binary:
             v = mem[post_op_src1(i)]
-            arr = v.array if kind != "full" else np.ascontiguousarray(np.moveaxis(v.logical(), 1, -1))
+            # a full operand as dst's pixels (channels last), broadcast first where its dims are 1
+            arr = v.array if kind != "full" else \
+                np.ascontiguousarray(np.moveaxis(np.broadcast_to(v.logical(), dst.desc.dims), 1, -1))
             binaries.append((i, kind, np.ascontiguousarray(arr, np.float32).reshape(-1)))
             copied = copied or not np.may_share_memory(binaries[-1][2], v.array)
         dst_scale, output = dst_stage(pd.output, mem[scales(DST)].array if scales(DST) in mem else None,

@@ -373,6 +373,37 @@ def test_split_columns_copies_fit_a_user_scratchpad(isa_path, guarded, monkeypat
         np.testing.assert_array_equal(dst.reshape(-1, 100), want)
 
 
+@pytest.mark.parametrize("dims", [(1, 1, 5, 6), (2, 1, 1, 1), (2, 12, 1, 1), (1, 12, 5, 6), (2, 1, 5, 6),
+                                  (1, 1, 1, 6)])
+@pytest.mark.parametrize("groups", [1, 3])
+def test_binary_operand_broadcasts(isa_path, dims, groups):
+    """A binary post-op operand whose dims are each dst's or 1 (oneDNN's broadcast), not
+    just one value, one per channel or a full one: broadcast to a full operand at each
+    call, bit for bit, called twice with new values in it."""
+    rng = np.random.default_rng(sum(dims) + groups)
+    N, IC, OC, H, W = 2, 6, 12, 5, 6
+    x = rng.integers(0, 256, (N, H, W, IC)).astype(np.uint8)
+    w = rng.integers(-128, 128, (OC, IC // groups, 3, 3)).astype(np.int8)
+    wd = (groups, OC // groups, IC // groups, 3, 3) if groups > 1 else w.shape
+    attr = Attr(scales={"src": 0}).set_post_ops(PostOps().binary("add", desc(dims, "f32", "abcd")))
+    pd = ConvolutionDesc(desc((N, IC, H, W), "u8", "nhwc"), desc(wd, "s8", "any"), desc((N, OC, H, W), "f32", "nhwc"),
+                         padding_l=(1, 1), padding_r=(1, 1), attr=attr, isa=isa_path)
+    wmem = Memory(pd.weights_desc())
+    reorder_desc(desc(wd, "s8", "abcde"[:len(wd)]), pd.weights_desc()).create().execute(
+        {"src": w.reshape(wd), "dst": wmem})
+    prim = pd.create()
+    v = np.concatenate([conv_sum(np.moveaxis(x[..., g * (IC // groups):(g + 1) * (IC // groups)], -1, 1),
+                                 w[g * (OC // groups):(g + 1) * (OC // groups)], (1, 1), (1, 1), (1, 1), (0, 0))
+                        for g in range(groups)], axis=1)
+    for _ in range(2):
+        src1 = rng.uniform(-50, 50, dims).astype(np.float32)
+        y = np.zeros((N, H, W, OC), np.float32)
+        prim.execute({"src": x, "weights": wmem, "dst": y, "scales:src": np.float32([0.5]), "post_op:0:src_1": src1})
+        full = _to_rows(np.broadcast_to(src1, (N, OC, H, W)))
+        want = output_pipeline(_to_rows(v), dst_dt="f32", scale=np.float32([0.5]), post_ops=[("binary", "add", full)])
+        np.testing.assert_array_equal(y.reshape(-1, OC), want)
+
+
 @pytest.mark.parametrize("icg", [3, 5])
 def test_stem_channels_unpadded(isa_path, icg):
     """A stem-like layer (7x7/2, pad 3, 3 or 5 channels): on VNNI paths the source copy
