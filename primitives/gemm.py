@@ -16,12 +16,14 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from jit.dot import Path, fast_path, widening_path
 from jit.output import OutputSpec, SumOp
+from jit.pack_kernel import pack_vnni
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
 from primitives.reference import op
@@ -129,9 +131,19 @@ def candidates(isa: str, policy: str, n: int) -> list[Choice]:
                                                          "widening VPMADDWD path")]
 
 
-def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None) -> tuple[PackedB, Choice]:
+def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None,
+                 proof: bool = True) -> tuple[PackedB, Choice]:
     """The decision for the K x N weights ``b_kn`` and the weights packed for it (the
-    unsafe pairs and the saturation proof taken once, for both); ``nr`` as :func:`decide`'s."""
+    unsafe pairs and the saturation proof taken once, for both); ``nr`` as :func:`decide`'s.
+    On a VNNI path, whose decision needs no proof, the packing is machine code
+    (``jit.pack_kernel``) and the proof, which ``Gemm.impl_info`` reports, is taken only
+    with ``proof``."""
+    if fast_path(isa).kind == "vnni" and isa_mod.cpu_supports("avx2"):  # (the packing is AVX2 code)
+        choice = decide(isa, policy, None, b_kn.shape[1], nr=nr)
+        packed = pack_vnni(b_kn, choice.path, choice.nr)
+        if proof:
+            packed = dataclasses.replace(packed, **dict(zip(("safe_pairs", "total_pairs"), saturation_proof(b_kn))))
+        return packed, choice
     unsafe = unsafe_pairs(b_kn)
     proof = saturation_proof(b_kn, unsafe)
     choice = decide(isa, policy, b_kn, proof=proof, unsafe=unsafe, nr=nr)

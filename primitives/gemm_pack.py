@@ -35,8 +35,10 @@ class PackedB:
     tiles: int
     tile_stride: int  # bytes per tile
     colsum: np.ndarray  # int64, per column (length tiles * tile_n, zero padded)
-    safe_pairs: int  # (column, k pair) pairs proven not to saturate VPMADDUBSW
-    total_pairs: int
+    # (column, k pair) pairs proven not to saturate VPMADDUBSW, of all; None where not
+    # checked (packed for VNNI, which cannot saturate, by jit.pack_kernel)
+    safe_pairs: int | None
+    total_pairs: int | None
     # A batch-reduce B (convolution) of equal K runs: int64 column sums per run and window
     # column in it (runs x kw x colsum's length), for rows that read part of the window.
     run_colsum: np.ndarray | None = None

@@ -40,6 +40,7 @@ import numpy as np
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
+from jit.pack_kernel import VnniPacker
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
 from primitives.checks import check_no_zero_dim
@@ -93,7 +94,7 @@ class WeightsLayout:
         """Pack the logical s8 weights into ``dst`` and attach (PackedB, Choice) as payload."""
         if src_logical.dtype != np.int8:
             raise ValueError(f"weights: expected s8 values to pack, got {src_logical.dtype}")
-        packed, choice = pack_weights(self.b_kn(src_logical), self.isa, self.policy)
+        packed, choice = pack_weights(self.b_kn(src_logical), self.isa, self.policy, proof=False)
         buf = dst.array.reshape(-1).view(np.uint8)
         size = packed.data.nbytes
         buf[:size] = packed.data
@@ -337,21 +338,32 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         self._sp_views: dict = {}
         self._runtime_weights: tuple | None = None  # (bytes key, packed, choice)
 
-    def _weights(self, mem: Memory, b: int):
+    def _weights(self, mem: Memory, b: int, views: dict):
+        """(packed B, choice, repack) of batch item ``b``. Runtime weights on a VNNI path
+        are packed in machine code into buffers of this scratchpad's, the same at every
+        call, so the item's plan is made once; ``repack`` packs their values again (for a
+        replay). Else ``repack`` is None: packed weights, or runtime ones that the values
+        decide a kernel for (exact without VNNI), packed anew at each call."""
         pd = self.pd
         if mem.desc.is_packed:
             if not isinstance(mem.payload, tuple):
                 raise ValueError("weights: this packed memory was not filled by a reorder into the layout "
                                  "weights_desc() asked for")
-            return mem.payload
+            return mem.payload + (None,)
         logical = mem.logical()
         if pd.kind == "matmul" and logical.ndim == 3:
             logical = logical[b if logical.shape[0] > 1 else 0]
             order = (0, 1)
         else:
             order = pd._weights_order
-        layout = WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, order)
-        return pack_weights(layout.b_kn(logical), pd.isa, pd.attr.policy)
+        b_kn = WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, order).b_kn(logical)
+        if pd.fast.path.kind != "vnni":
+            return pack_weights(b_kn, pd.isa, pd.attr.policy, proof=False) + (None,)
+        packers = views.setdefault("packers", {})
+        if b not in packers:
+            packers[b] = VnniPacker(pd.K, pd.N, pd.fast.path, pd.fast.nr)
+        pack = packers[b]
+        return pack(b_kn), pd.fast, functools.partial(pack, b_kn)
 
     def _scratchpad_gone(self, address: int) -> None:
         self._sp_views.pop(address, None)
@@ -406,12 +418,13 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         c_all = mem[DST].array.reshape(-1, rows, N)
         keep, runs = [], []
         for b in range(c_all.shape[0]):
-            packed, choice = self._weights(mem[WEIGHTS], b)
+            packed, choice, repack = self._weights(mem[WEIGHTS], b, views)
 
-            def comp():  # -ao * column sums, wrapping as int32
+            def comp(packed=packed):  # -ao * column sums, wrapping as int32
                 views["col_comp"][:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
-            # Weights packed at this call are new objects (an id may repeat): always recompute.
-            refresh(views["last"], "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else None, comp)
+            # Weights packed at this call: always recompute (but zeros stay zeros).
+            refresh(views["last"], "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else
+                    ("any weights", 0) if ao == 0 else None, comp)
             a_b = a_all[b if pd.src_batch > 1 else 0]
             a, lda, a4 = a_b, K, None
             if K < 4:  # the kernel reads whole dwords of A: pad K to 4 in the scratchpad
@@ -429,24 +442,41 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                     st.po_src[i] = base + {"common": 0, "col": 4 * c0, "row": 4 * r0, "full": r0 * 4 * N + 4 * c0}[kind]
                     st.po_ld[i] = 4 * N
             run(plan, a, c_all[b])
-            runs.append((plan, a4, a_b))
-        # One GEMM on the caller's arrays is repeated by its kernel calls alone (a K < 4
-        # source is re-padded); several set their pointers per batch item.
-        if kept and len(runs) == 1 and mem[WEIGHTS].desc.is_packed \
-                and all(np.may_share_memory(src1, user) for src1, user in keep):
-            (plan, a4, a), = runs
-            if a4 is None:
-                # (a partial, not the bound method: a replay can outlive the plan's place in
-                # self._plans, and keeps the plan, and what its structs point into, alive)
-                kernels = functools.partial(CallPlan.run, plan.calls)
-                kernels.plan = plan
-                return Replay(kernels, by_value=(BIAS,))
+            runs.append((plan, a4, a_b, repack, comp if repack is not None and ao else None))
+        return self._replay(runs, keep, mem[WEIGHTS].desc.is_packed) if kept else None
 
-            def padded() -> None:
-                a4[:, :K] = a.view(np.uint8)
-                plan.calls.run()
-            return Replay(padded, by_value=(BIAS,))
-        return None
+    def _replay(self, runs: list, keep: list, packed_weights: bool) -> Replay | None:
+        """What repeats the calls ``runs`` made (their plans, padded sources, runtime
+        weights' packing and compensation), or None where they cannot be repeated as they
+        are: a binary operand copied at set-up, or items that share one plan (packed
+        weights for several batch items: set-up points it at each item in turn)."""
+        if not all(np.may_share_memory(src1, user) for src1, user in keep):
+            return None
+        runtime = all(r[3] is not None for r in runs)
+        if not (runtime and len({id(r[0]) for r in runs}) == len(runs) or packed_weights and len(runs) == 1):
+            return None
+        K = self.pd.K
+        (plan, a4, a, repack, comp), = runs if len(runs) == 1 else [(None,) * 5]
+        if len(runs) == 1 and a4 is None and repack is None:
+            # One GEMM on the caller's arrays is repeated by its kernel calls alone. (A
+            # partial, not the bound method: a replay can outlive the plan's place in
+            # self._plans, and keeps the plan, and what its structs point into, alive.)
+            kernels = functools.partial(CallPlan.run, plan.calls)
+            kernels.plan = plan
+            return Replay(kernels, by_value=(BIAS,))
+        steps = [(plan.calls, a4, a, repack, comp) for plan, a4, a, repack, comp in runs]
+
+        def again() -> None:  # each item: its weights packed anew, its source padded anew, its calls
+            for calls, a4, a, repack, comp in steps:
+                if repack is not None:
+                    repack()
+                if comp is not None:
+                    comp()
+                if a4 is not None:
+                    a4[:, :K] = a.view(np.uint8)
+                calls.run()
+        again.plans = [r[0] for r in runs]
+        return Replay(again, by_value=(BIAS,))
 
     def _operand(self, src1: np.ndarray, kind: str, b: int, flat: bool) -> np.ndarray:
         """A binary operand as the kernel reads it for batch item ``b`` (all rows when flat)."""
@@ -481,7 +511,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             out.po_zp.append(float(e.zero_point) if isinstance(e, Sum) else 0.0)
         dst_bytes = pd.output.dst_bytes
         plan = make_plan(kernel, packed, rows, pd.N, pd.K, lda, pd.N * dst_bytes, out, pd.threads)
-        if len(self._plans) > 8:
+        if len(self._plans) > 8 + 2 * pd.batch:  # (runtime weights: a plan per batch item)
             self._plans.clear()
         self._plans[key] = plan
         return plan

@@ -675,6 +675,28 @@ def _pack(src_dtype, dst_dtype):
     return fn
 
 
+def _unpack(high: bool):
+    """VPUNPCKL*/VPUNPCKH*: per 128-bit lane, the low (or high) half's elements of a and b
+    interleaved, a's first."""
+    def fn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        per = a.size * 16 // a.nbytes // 2  # elements in half a lane
+        out = np.empty_like(a)
+        for lane in range(0, a.size, 2 * per):
+            half = slice(lane + per, lane + 2 * per) if high else slice(lane, lane + per)
+            out[lane: lane + 2 * per: 2], out[lane + 1: lane + 2 * per: 2] = a[half], b[half]
+        return out
+    return fn
+
+
+def _inserti128(m: Machine, ins) -> None:
+    """VINSERTI128 / VINSERTI32X4: src1 with the 128-bit lane imm8 replaced by src2."""
+    w = m.cur.width
+    v = m.vsrc(ins, 1, w).copy()
+    lane = ins.immediate(3) & (w // 16 - 1)
+    v[16 * lane: 16 * lane + 16] = m.vsrc(ins, 2, 16)[:16]
+    m.vdst(ins, v, 4)
+
+
 def _permq(m: Machine, ins) -> None:
     w = m.cur.width
     q = m.vsrc(ins, 1, w).view(np.uint64)
@@ -894,4 +916,7 @@ _VECTOR = {
     V.VPINSRW: _pinsr(2), V.VPINSRD: _pinsr(4),
     V.VPMAXSB: _binary(np.maximum, np.int8, 1), V.VPMAXUB: _binary(np.maximum, np.uint8, 1),
     V.VPMINSB: _binary(np.minimum, np.int8, 1), V.VPMINUB: _binary(np.minimum, np.uint8, 1),
+    V.VPUNPCKLBW: _binary(_unpack(False), np.uint8, 1), V.VPUNPCKHBW: _binary(_unpack(True), np.uint8, 1),
+    V.VPUNPCKLWD: _binary(_unpack(False), np.uint16, 2), V.VPUNPCKHWD: _binary(_unpack(True), np.uint16, 2),
+    V.VINSERTI128: _inserti128, V.VINSERTI32X4: _inserti128,
 }

@@ -321,6 +321,9 @@ def run(bench: str, argv=None) -> int:
     if bench in ("matmul", "ip"):
         ap.add_argument("--shapes", help="comma-separated MxNxK (default: the issue's list)")
         ap.add_argument("--no-creation", action="store_true", help="skip the creation-time table")
+        ap.add_argument("--runtime-weights", action="store_true",
+                        help="plain weights passed at every call (tag ab on both sides: each packs them per "
+                             "call; int8jit on VNNI paths in machine code) instead of packed once through 'any'")
     else:
         ap.add_argument("--layers", help="comma-separated problem names (default: the whole list)")
     if bench == "conv":

@@ -192,6 +192,8 @@ def problems_for(bench, args) -> list[dict]:
                 items.append(_fc(f"{M}x{N}x{K}", M, N, K))
         else:
             items = [c for c in GEMM_SHAPES if not args.quick or c["label"] in GEMM_QUICK]
+        if getattr(args, "runtime_weights", False):  # plain weights passed at every call, on both sides
+            items = [dict(c, label=c["label"] + " [runtime weights]", runtime=True) for c in items]
         return [with_policy(dict(c, prim=bench), p, weights) for p in policies(bench, args) for c in items]
     if bench == "conv":
         items = _select(CONV_LAYERS, args.layers, "layer") if args.layers else \

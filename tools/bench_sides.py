@@ -71,12 +71,15 @@ def _int8jit_gemm(case, variant, isa, threads) -> Side:
         attr, bias_md = Attr(policy=policy), None
     dst_dt = "u8" if fused else "s32"
     cls = InnerProductDesc if ip else MatmulDesc
-    pd = cls(desc((M, K), "u8", "ab"), desc(w_dims, "s8", "any"), desc((M, N), dst_dt, "ab"), bias_md,
-             attr=attr, isa=isa, threads=threads)
+    runtime = case.get("runtime", False)
+    pd = cls(desc((M, K), "u8", "ab"), desc(w_dims, "s8", "ab" if runtime else "any"), desc((M, N), dst_dt, "ab"),
+             bias_md, attr=attr, isa=isa, threads=threads)
     p = pd.create()
     create_ms = 1e3 * (time.perf_counter() - t0)
-    wmem = Memory(pd.weights_desc())
-    reorder_desc(desc(w_dims, "s8", "ab"), pd.weights_desc()).create().execute({"src": w_logical, "dst": wmem})
+    wmem = w_logical  # runtime weights: the plain array, packed by every call
+    if not runtime:
+        wmem = Memory(pd.weights_desc())
+        reorder_desc(desc(w_dims, "s8", "ab"), pd.weights_desc()).create().execute({"src": w_logical, "dst": wmem})
     C = np.zeros((M, N), np.uint8 if fused else np.int32)
     args = {"src": A, "weights": wmem, "dst": C}
     if fused:
@@ -153,10 +156,11 @@ def onednn_setup(case, variant: str) -> Side:
         bias_md = (dp.md((N,), "f32", "a") if ip else dp.md((1, N), "f32", "ab")) if fused else None
         make = dp.inner_product if ip else dp.matmul
         t0 = time.perf_counter()
-        p = make(dp.md((M, K), "u8", "ab"), dp.md(w_dims, "s8", "any"), dp.md((M, N), "u8" if fused else "s32", "ab"),
-                 bias_md, attr=attr)
+        runtime = case.get("runtime", False)
+        p = make(dp.md((M, K), "u8", "ab"), dp.md(w_dims, "s8", "ab" if runtime else "any"),
+                 dp.md((M, N), "u8" if fused else "s32", "ab"), bias_md, attr=attr)
         create_ms = 1e3 * (time.perf_counter() - t0)
-        wp = p.reorder_weights(w_logical, "ab")
+        wp = w_logical if runtime else p.reorder_weights(w_logical, "ab")
         C = np.zeros((M, N), np.uint8 if fused else np.int32)
         args = {"src": A, "weights": wp, "dst": C}
         if fused:

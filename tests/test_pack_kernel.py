@@ -1,0 +1,117 @@
+"""jit.pack_kernel: B packed for the VNNI paths in machine code, and the runtime weights
+of matmul and inner product that it packs at every call (and every replay)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jit.dot import fast_path
+from jit.pack_kernel import CHUNK, VnniPacker, pack_vnni
+from primitives.attr import Attr
+from primitives.gemm_pack import pack_b
+from primitives.matmul import InnerProductDesc, MatmulDesc
+from primitives.memory import desc
+from primitives.reference import gemm_sum, wrap_int32
+
+VNNI = ("avx512_core_vnni", "avx2_vnni")  # (the kernel itself is AVX2 code: any CPU here runs it)
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.integers(1, 70), n=st.integers(1, 150), nr=st.integers(1, 4), isa=st.sampled_from(VNNI),
+       layout=st.sampled_from(["kn", "nk", "strided"]), seed=st.integers(0, 2**31))
+def test_pack_equals_numpy(k, n, nr, isa, layout, seed):
+    """Every byte of the packed B and every column sum equal gemm_pack.pack_b's, for any
+    K (groups padded with zeros), any N (the last chunk's and tile's padding columns
+    zero), B row-major, transposed (an inner product's OC x K) or with gaps between rows;
+    packed twice into one packer with new values."""
+    path = fast_path(isa)
+    rng = np.random.default_rng(seed)
+    packer = VnniPacker(k, n, path, nr)
+    for _ in range(2):
+        b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+        view = {"kn": b, "nk": np.ascontiguousarray(b.T).T,
+                "strided": np.pad(b, ((0, 0), (0, 5)))[:, :n]}[layout]
+        want = pack_b(b, path, nr, (0, 0))
+        got = packer(view)
+        assert np.array_equal(got.data, want.data) and np.array_equal(got.colsum, want.colsum)
+        assert (got.tiles, got.tile_n, got.tile_stride) == (want.tiles, want.tile_n, want.tile_stride)
+        assert got.safe_pairs is None  # not checked: VNNI cannot saturate
+
+
+def test_reads_and_writes_only_its_buffers(guarded):
+    """B whole groups and chunks, its last byte against a guard page, and the packed
+    bytes against one (tiles exactly as wide as N): no read or write past them."""
+    path = fast_path("avx512_core_vnni")
+    k, n = 12, 64  # one tile of 4 x 16 columns, 8 chunks of 8, 3 groups
+    b = guarded(k * n, np.int8, "end").reshape(k, n)
+    b[...] = np.random.default_rng(1).integers(-128, 128, (k, n))
+    from runtime.ffi import pointer_to
+
+    packer = VnniPacker(k, n, path, 4)
+    out = guarded(packer.packed.data.size, np.uint8, "end")
+    packer._args.dst = pointer_to(out)  # the kernel's output, flush against the page
+    packer(b)
+    assert np.array_equal(out, pack_b(b, path, 4, (0, 0)).data)
+
+
+def test_pack_vnni_refuses_other_paths():
+    with pytest.raises(ValueError, match="^path: maddubsw"):
+        pack_vnni(np.zeros((4, 8), np.int8), fast_path("avx2"), 1)
+    with pytest.raises(ValueError, match=r"^weights: expected K x N = \(4, 8\)"):
+        VnniPacker(4, 8, fast_path("avx2_vnni"), 1)(np.zeros((8, 4), np.int8))
+    assert CHUNK == 8
+
+
+def _executable_vnni(isa_path):
+    if not isa_path.endswith("vnni"):
+        pytest.skip("runtime weights are packed in machine code on VNNI paths only")
+
+
+@pytest.mark.parametrize("src_dt", ["u8", "s8"])
+@pytest.mark.parametrize("shape", [(3, 5, 37, 20), (1, 4, 3, 9), (2, 64, 128, 64)])
+def test_runtime_weights_replay_packs_the_new_values(isa_path, shape, src_dt, monkeypatch):
+    """A batched matmul with runtime weights (an item each) called again with new values
+    in the same arrays: the replay packs them again (and, for an s8 source or a zero
+    point, their compensation per item), bit for bit, without a set-up."""
+    _executable_vnni(isa_path)
+    B, M, K, N = shape
+    rng = np.random.default_rng(K)
+    lo = -128 if src_dt == "s8" else 0
+    src = rng.integers(lo, lo + 256, (B, M, K)).astype(np.int8 if src_dt == "s8" else np.uint8)
+    wei = rng.integers(-128, 128, (B, K, N)).astype(np.int8)
+    attr = Attr(zero_points={"src": 0})
+    pd = MatmulDesc(desc((B, M, K), src_dt, "abc"), desc((B, K, N), "s8", "abc"), desc((B, M, N), "s32", "abc"),
+                    attr=attr, isa=isa_path)
+    prim = pd.create()
+    dst = np.zeros((B, M, N), np.int32)
+    zp = np.int32([3])
+    args = {"src": src, "weights": wei, "dst": dst, "zero_points:src": zp}
+    prim.execute(args)
+    assert prim._replay_for(args) is not None
+    for step in range(3):
+        wei[...] = rng.integers(-128, 128, wei.shape)
+        src[...] = rng.integers(lo, lo + 256, src.shape)
+        with monkeypatch.context() as m:
+            m.setattr(prim, "_execute", lambda *_: pytest.fail("_execute ran: the replay was not taken"))
+            prim.execute(args)
+        for b in range(B):
+            np.testing.assert_array_equal(dst[b], wrap_int32(gemm_sum(src[b], wei[b], int(zp[0]), 0, False)), err_msg=str(step))
+
+
+def test_inner_product_runtime_weights(isa_path):
+    """An inner product's runtime weights (OC x K rows: B a transposed view, copied
+    padded) packed per call, a K that is no multiple of 4."""
+    _executable_vnni(isa_path)
+    rng = np.random.default_rng(3)
+    n, c, oc = 5, 13, 19
+    pd = InnerProductDesc(desc((n, c), "u8", "ab"), desc((oc, c), "s8", "ab"), desc((n, oc), "s32", "ab"),
+                          isa=isa_path)
+    prim = pd.create()
+    for _ in range(2):
+        x = rng.integers(0, 256, (n, c)).astype(np.uint8)
+        w = rng.integers(-128, 128, (oc, c)).astype(np.int8)
+        y = np.zeros((n, oc), np.int32)
+        prim.execute({"src": x, "weights": w, "dst": y})
+        np.testing.assert_array_equal(y, x.astype(np.int64) @ w.T.astype(np.int64))
