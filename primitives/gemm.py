@@ -23,7 +23,7 @@ import numpy as np
 
 from jit.dot import Path, fast_path, widening_path
 from jit.output import OutputSpec, SumOp
-from jit.pack_kernel import pack_vnni
+from jit.pack_kernel import pack_vnni, vnni_packs
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
 from primitives.reference import op
@@ -138,9 +138,12 @@ def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None,
     On a VNNI path, whose decision needs no proof, the packing is machine code
     (``jit.pack_kernel``) and the proof, which ``Gemm.impl_info`` reports, is taken only
     with ``proof``."""
-    if fast_path(isa).kind == "vnni" and isa_mod.cpu_supports("avx2"):  # (the packing is AVX2 code)
+    if fast_path(isa).kind == "vnni":
         choice = decide(isa, policy, None, b_kn.shape[1], nr=nr)
-        packed = pack_vnni(b_kn, choice.path, choice.nr)
+        if vnni_packs(b_kn):
+            packed = pack_vnni(b_kn, choice.path, choice.nr)
+        else:  # columns of K (an inner product's OC x K rows): numpy moves their groups as int32
+            packed = pack_b(b_kn, choice.path, choice.nr, (None, None))
         if proof:
             packed = dataclasses.replace(packed, **dict(zip(("safe_pairs", "total_pairs"), saturation_proof(b_kn))))
         return packed, choice

@@ -40,7 +40,7 @@ import numpy as np
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from jit.pack_kernel import VnniPacker
+from jit.pack_kernel import VnniPacker, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
 from primitives.checks import check_no_zero_dim
@@ -331,6 +331,10 @@ class _ZeroK(Primitive):
         self._one.execute(args)
 
 
+def _packed_with_the_first() -> None:
+    """A batch item's runtime weights need no packing of their own: item 0's packed them all."""
+
+
 class _GemmBasedPrimitive(GemmKernels, Primitive):
     def __init__(self, pd: _GemmBasedDesc):
         super().__init__(pd)
@@ -340,10 +344,12 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
 
     def _weights(self, mem: Memory, b: int, views: dict):
         """(packed B, choice, repack) of batch item ``b``. Runtime weights on a VNNI path
-        are packed in machine code into buffers of this scratchpad's, the same at every
-        call, so the item's plan is made once; ``repack`` packs their values again (for a
-        replay). Else ``repack`` is None: packed weights, or runtime ones that the values
-        decide a kernel for (exact without VNNI), packed anew at each call."""
+        are packed in machine code, every item in one call (at item 0), into buffers of
+        this scratchpad's, the same at every call, so the items' plans are made once;
+        ``repack`` packs the values they then hold again (for a replay; a no-op for the
+        items after the first). Else ``repack`` is None: packed weights, or runtime ones
+        packed anew per item by numpy: where the values decide the kernel (exact without
+        VNNI), or given as columns of K (an inner product's OC x K rows, ``vnni_packs``)."""
         pd = self.pd
         if mem.desc.is_packed:
             if not isinstance(mem.payload, tuple):
@@ -351,19 +357,22 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                                  "weights_desc() asked for")
             return mem.payload + (None,)
         logical = mem.logical()
-        if pd.kind == "matmul" and logical.ndim == 3:
-            logical = logical[b if logical.shape[0] > 1 else 0]
-            order = (0, 1)
-        else:
-            order = pd._weights_order
-        b_kn = WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, order).b_kn(logical)
-        if pd.fast.path.kind != "vnni":
+        batched = pd.kind == "matmul" and logical.ndim == 3
+        items = logical.shape[0] if batched else 1
+        order = (0, 1) if batched else pd._weights_order
+        layout = WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, order)
+        if pd.fast.path.kind != "vnni" or not vnni_packs(logical if batched else layout.b_kn(logical)):
+            b_kn = layout.b_kn(logical[b if items > 1 else 0] if batched else logical)
             return pack_weights(b_kn, pd.isa, pd.attr.policy, proof=False) + (None,)
-        packers = views.setdefault("packers", {})
-        if b not in packers:
-            packers[b] = VnniPacker(pd.K, pd.N, pd.fast.path, pd.fast.nr)
-        pack = packers[b]
-        return pack(b_kn), pd.fast, functools.partial(pack, b_kn)
+        packer = views.get("packer")
+        if packer is None:
+            packer = views["packer"] = VnniPacker(pd.K, pd.N, pd.fast.path, pd.fast.nr, items, pd.threads)
+        repack = _packed_with_the_first
+        if b == 0:
+            whole = logical if items > 1 else layout.b_kn(logical[0] if batched else logical)
+            packer(whole)
+            repack = functools.partial(packer, whole)
+        return packer.packs[b if items > 1 else 0], pd.fast, repack
 
     def _scratchpad_gone(self, address: int) -> None:
         self._sp_views.pop(address, None)
@@ -465,6 +474,17 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             kernels.plan = plan
             return Replay(kernels, by_value=(BIAS,))
         steps = [(plan.calls, a4, a, repack, comp) for plan, a4, a, repack, comp in runs]
+        if len(steps) > 1 and all(a4 is None and comp is None for _, a4, _, _, comp in steps):
+            # Nothing to do between the items (no source to pad, no compensation: a u8
+            # source without a zero point): the weights packed, then every item's calls
+            # in one plan, one hand-off for the batch instead of one an item.
+            first, joined = steps[0][3], CallPlan.joined([r[0].calls for r in runs])
+
+            def at_once() -> None:
+                first()
+                joined.run()
+            at_once.plans = [r[0] for r in runs]
+            return Replay(at_once, by_value=(BIAS,))
 
         def again() -> None:  # each item: its weights packed anew, its source padded anew, its calls
             for calls, a4, a, repack, comp in steps:

@@ -142,6 +142,15 @@ class CallPlan:
         self._single = per_thread[0]
         self._fork_join = self._teams = None  # looked up at the first spinning run
 
+    @classmethod
+    def joined(cls, plans: list) -> "CallPlan":
+        """One plan that runs ``plans`` one after another on each thread (each thread's
+        lists concatenated): one hand-off instead of one a plan. For plans whose calls
+        on one thread do not wait for another thread's calls of an earlier plan (a
+        batch's items: each writes its own dst)."""
+        threads = max(plan.threads for plan in plans)
+        return cls([[call for plan in plans if t < plan.threads for call in plan._keep[t]] for t in range(threads)])
+
     def run(self) -> None:
         """Every list's calls, the first on this thread; returns when all are done."""
         if self.threads == 1:

@@ -19,25 +19,29 @@ VNNI = ("avx512_core_vnni", "avx2_vnni")  # (the kernel itself is AVX2 code: any
 
 
 @settings(max_examples=60, deadline=None)
-@given(k=st.integers(1, 70), n=st.integers(1, 150), nr=st.integers(1, 4), isa=st.sampled_from(VNNI),
-       layout=st.sampled_from(["kn", "nk", "strided"]), seed=st.integers(0, 2**31))
-def test_pack_equals_numpy(k, n, nr, isa, layout, seed):
+@given(k=st.integers(1, 90), n=st.integers(1, 150), nr=st.integers(1, 4), isa=st.sampled_from(VNNI),
+       layout=st.sampled_from(["kn", "nk", "strided"]), items=st.sampled_from([0, 1, 3]),
+       threads=st.sampled_from([1, 2, 3]), seed=st.integers(0, 2**31))
+def test_pack_equals_numpy(k, n, nr, isa, layout, items, threads, seed):
     """Every byte of the packed B and every column sum equal gemm_pack.pack_b's, for any
-    K (groups padded with zeros), any N (the last chunk's and tile's padding columns
-    zero), B row-major, transposed (an inner product's OC x K) or with gaps between rows;
-    packed twice into one packer with new values."""
+    K (groups padded with zeros; more than a block of 16 groups too), any N (the last
+    chunk's and tile's padding columns zero), B row-major, transposed (an inner
+    product's OC x K) or with gaps between rows, one matrix or a batch of them (items:
+    0 = a 2-D B) in one call, by 1-3 threads (ranges of tiles); packed twice into one
+    packer with new values."""
     path = fast_path(isa)
     rng = np.random.default_rng(seed)
-    packer = VnniPacker(k, n, path, nr)
+    packer = VnniPacker(k, n, path, nr, max(items, 1), threads)
     for _ in range(2):
-        b = rng.integers(-128, 128, (k, n)).astype(np.int8)
-        view = {"kn": b, "nk": np.ascontiguousarray(b.T).T,
-                "strided": np.pad(b, ((0, 0), (0, 5)))[:, :n]}[layout]
-        want = pack_b(b, path, nr, (0, 0))
-        got = packer(view)
-        assert np.array_equal(got.data, want.data) and np.array_equal(got.colsum, want.colsum)
-        assert (got.tiles, got.tile_n, got.tile_stride) == (want.tiles, want.tile_n, want.tile_stride)
-        assert got.safe_pairs is None  # not checked: VNNI cannot saturate
+        b = rng.integers(-128, 128, (max(items, 1), k, n)).astype(np.int8)
+        view = {"kn": b, "nk": np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1),
+                "strided": np.pad(b, ((0, 0), (0, 0), (0, 5)))[:, :, :n]}[layout]
+        got = packer(view) if items else [packer(view[0])]
+        for i, pack in enumerate(got):
+            want = pack_b(b[i], path, nr, (0, 0))
+            assert np.array_equal(pack.data, want.data) and np.array_equal(pack.colsum, want.colsum), i
+            assert (pack.tiles, pack.tile_n, pack.tile_stride) == (want.tiles, want.tile_n, want.tile_stride)
+            assert pack.safe_pairs is None  # not checked: VNNI cannot saturate
 
 
 def test_reads_and_writes_only_its_buffers(guarded):
@@ -51,7 +55,7 @@ def test_reads_and_writes_only_its_buffers(guarded):
 
     packer = VnniPacker(k, n, path, 4)
     out = guarded(packer.packed.data.size, np.uint8, "end")
-    packer._args.dst = pointer_to(out)  # the kernel's output, flush against the page
+    packer._parts[0][1].dst = pointer_to(out)  # the kernel's output, flush against the page
     packer(b)
     assert np.array_equal(out, pack_b(b, path, 4, (0, 0)).data)
 
@@ -59,7 +63,7 @@ def test_reads_and_writes_only_its_buffers(guarded):
 def test_pack_vnni_refuses_other_paths():
     with pytest.raises(ValueError, match="^path: maddubsw"):
         pack_vnni(np.zeros((4, 8), np.int8), fast_path("avx2"), 1)
-    with pytest.raises(ValueError, match=r"^weights: expected K x N = \(4, 8\)"):
+    with pytest.raises(ValueError, match=r"^weights: expected 1 x 4 x 8 \(items x K x N\), got \(8, 4\)"):
         VnniPacker(4, 8, fast_path("avx2_vnni"), 1)(np.zeros((8, 4), np.int8))
     assert CHUNK == 8
 
@@ -69,25 +73,27 @@ def _executable_vnni(isa_path):
         pytest.skip("runtime weights are packed in machine code on VNNI paths only")
 
 
-@pytest.mark.parametrize("src_dt", ["u8", "s8"])
-@pytest.mark.parametrize("shape", [(3, 5, 37, 20), (1, 4, 3, 9), (2, 64, 128, 64)])
-def test_runtime_weights_replay_packs_the_new_values(isa_path, shape, src_dt, monkeypatch):
+@pytest.mark.parametrize("src_dt,zp", [("u8", None), ("u8", 3), ("s8", None)])
+@pytest.mark.parametrize("shape", [(3, 5, 37, 20), (1, 4, 3, 9), (2, 64, 128, 64), (4, 7, 64, 40)])
+def test_runtime_weights_replay_packs_the_new_values(isa_path, shape, src_dt, zp, monkeypatch):
     """A batched matmul with runtime weights (an item each) called again with new values
     in the same arrays: the replay packs them again (and, for an s8 source or a zero
-    point, their compensation per item), bit for bit, without a set-up."""
+    point, their compensation per item; without, every item's calls in one plan), bit
+    for bit, without a set-up."""
     _executable_vnni(isa_path)
     B, M, K, N = shape
     rng = np.random.default_rng(K)
     lo = -128 if src_dt == "s8" else 0
     src = rng.integers(lo, lo + 256, (B, M, K)).astype(np.int8 if src_dt == "s8" else np.uint8)
     wei = rng.integers(-128, 128, (B, K, N)).astype(np.int8)
-    attr = Attr(zero_points={"src": 0})
+    attr = Attr(zero_points={"src": 0} if zp is not None else None)
     pd = MatmulDesc(desc((B, M, K), src_dt, "abc"), desc((B, K, N), "s8", "abc"), desc((B, M, N), "s32", "abc"),
                     attr=attr, isa=isa_path)
     prim = pd.create()
     dst = np.zeros((B, M, N), np.int32)
-    zp = np.int32([3])
-    args = {"src": src, "weights": wei, "dst": dst, "zero_points:src": zp}
+    args = {"src": src, "weights": wei, "dst": dst}
+    if zp is not None:
+        args["zero_points:src"] = np.int32([zp])
     prim.execute(args)
     assert prim._replay_for(args) is not None
     for step in range(3):
@@ -97,12 +103,16 @@ def test_runtime_weights_replay_packs_the_new_values(isa_path, shape, src_dt, mo
             m.setattr(prim, "_execute", lambda *_: pytest.fail("_execute ran: the replay was not taken"))
             prim.execute(args)
         for b in range(B):
-            np.testing.assert_array_equal(dst[b], wrap_int32(gemm_sum(src[b], wei[b], int(zp[0]), 0, False)), err_msg=str(step))
+            np.testing.assert_array_equal(dst[b], wrap_int32(gemm_sum(src[b], wei[b], zp or 0, 0, False)),
+                                          err_msg=str(step))
 
 
 def test_inner_product_runtime_weights(isa_path):
-    """An inner product's runtime weights (OC x K rows: B a transposed view, copied
-    padded) packed per call, a K that is no multiple of 4."""
+    """An inner product's runtime weights (OC x K rows: B a transposed view, which numpy
+    packs: vnni_packs) packed per call, a K that is no multiple of 4."""
+    from jit.pack_kernel import vnni_packs
+
+    assert not vnni_packs(np.zeros((5, 7), np.int8).T)
     _executable_vnni(isa_path)
     rng = np.random.default_rng(3)
     n, c, oc = 5, 13, 19
