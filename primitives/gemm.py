@@ -142,7 +142,7 @@ def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None,
         choice = decide(isa, policy, None, b_kn.shape[1], nr=nr)
         if vnni_packs(b_kn):
             packed = pack_vnni(b_kn, choice.path, choice.nr)
-        else:  # columns of K (an inner product's OC x K rows): numpy moves their groups as int32
+        else:  # neither rows of N nor columns of K, or no AVX2 to run the packing on
             packed = pack_b(b_kn, choice.path, choice.nr, (None, None))
         if proof:
             packed = dataclasses.replace(packed, **dict(zip(("safe_pairs", "total_pairs"), saturation_proof(b_kn))))

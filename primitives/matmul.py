@@ -349,7 +349,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         ``repack`` packs the values they then hold again (for a replay; a no-op for the
         items after the first). Else ``repack`` is None: packed weights, or runtime ones
         packed anew per item by numpy: where the values decide the kernel (exact without
-        VNNI), or given as columns of K (an inner product's OC x K rows, ``vnni_packs``)."""
+        VNNI), or laid out neither as rows of N nor columns of K (``vnni_packs``)."""
         pd = self.pd
         if mem.desc.is_packed:
             if not isinstance(mem.payload, tuple):
@@ -366,7 +366,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             return pack_weights(b_kn, pd.isa, pd.attr.policy, proof=False) + (None,)
         packer = views.get("packer")
         if packer is None:
-            packer = views["packer"] = VnniPacker(pd.K, pd.N, pd.fast.path, pd.fast.nr, items, pd.threads)
+            columns = logical.strides[-1] != 1 if batched else layout.b_kn(logical).strides[-1] != 1
+            packer = views["packer"] = VnniPacker(pd.K, pd.N, pd.fast.path, pd.fast.nr, items, pd.threads, columns)
         repack = _packed_with_the_first
         if b == 0:
             whole = logical if items > 1 else layout.b_kn(logical[0] if batched else logical)

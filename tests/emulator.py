@@ -918,5 +918,7 @@ _VECTOR = {
     V.VPMINSB: _binary(np.minimum, np.int8, 1), V.VPMINUB: _binary(np.minimum, np.uint8, 1),
     V.VPUNPCKLBW: _binary(_unpack(False), np.uint8, 1), V.VPUNPCKHBW: _binary(_unpack(True), np.uint8, 1),
     V.VPUNPCKLWD: _binary(_unpack(False), np.uint16, 2), V.VPUNPCKHWD: _binary(_unpack(True), np.uint16, 2),
+    V.VPUNPCKLDQ: _binary(_unpack(False), np.uint32, 4), V.VPUNPCKHDQ: _binary(_unpack(True), np.uint32, 4),
+    V.VPUNPCKLQDQ: _binary(_unpack(False), np.uint64, 8), V.VPUNPCKHQDQ: _binary(_unpack(True), np.uint64, 8),
     V.VINSERTI128: _inserti128, V.VINSERTI32X4: _inserti128,
 }

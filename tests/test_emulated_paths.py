@@ -114,14 +114,18 @@ def test_emulated_reorder_writes_what_the_cpu_writes(emulated, problem):
     _native_then_emulated(emulated, lambda: _reorder_case("avx2", problem)[0])
 
 
-@pytest.mark.parametrize("k,n,nr", [(12, 64, 4), (37, 70, 3), (4, 8, 1)])
-def test_emulated_vnni_packing_writes_what_the_cpu_writes(emulated, k, n, nr):
-    """jit.pack_kernel (AVX2 code: VPUNPCK*, VINSERTI128, VPMADDUBSW by ones), native and
-    emulated: the same packed bytes and column sums."""
+@pytest.mark.parametrize("k,n,nr", [(12, 64, 4), (37, 70, 3), (4, 8, 1), (32, 24, 2)])
+@pytest.mark.parametrize("columns", [False, True])
+def test_emulated_vnni_packing_writes_what_the_cpu_writes(emulated, k, n, nr, columns):
+    """jit.pack_kernel's two kernels (AVX2 code: VPUNPCK*, VINSERTI128, VPMADDUBSW by
+    ones), from rows of N bytes and from columns of K, native and emulated: the same
+    packed bytes and column sums."""
     from jit.dot import fast_path
     from jit.pack_kernel import pack_vnni
 
     b = np.random.default_rng(k + n).integers(-128, 128, (k, n)).astype(np.int8)
+    if columns:
+        b = np.ascontiguousarray(b.T).T
 
     def run():
         packed = pack_vnni(b, fast_path("avx512_core_vnni"), nr)

@@ -31,7 +31,7 @@ def test_pack_equals_numpy(k, n, nr, isa, layout, items, threads, seed):
     packer with new values."""
     path = fast_path(isa)
     rng = np.random.default_rng(seed)
-    packer = VnniPacker(k, n, path, nr, max(items, 1), threads)
+    packer = VnniPacker(k, n, path, nr, max(items, 1), threads, columns=layout == "nk")
     for _ in range(2):
         b = rng.integers(-128, 128, (max(items, 1), k, n)).astype(np.int8)
         view = {"kn": b, "nk": np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1),
@@ -44,20 +44,24 @@ def test_pack_equals_numpy(k, n, nr, isa, layout, items, threads, seed):
             assert pack.safe_pairs is None  # not checked: VNNI cannot saturate
 
 
-def test_reads_and_writes_only_its_buffers(guarded):
-    """B whole groups and chunks, its last byte against a guard page, and the packed
-    bytes against one (tiles exactly as wide as N): no read or write past them."""
-    path = fast_path("avx512_core_vnni")
-    k, n = 12, 64  # one tile of 4 x 16 columns, 8 chunks of 8, 3 groups
-    b = guarded(k * n, np.int8, "end").reshape(k, n)
-    b[...] = np.random.default_rng(1).integers(-128, 128, (k, n))
+@pytest.mark.parametrize("columns", [False, True])
+def test_reads_and_writes_only_its_buffers(guarded, columns):
+    """B whole groups and chunks (rows of N bytes, or columns of K), its last byte
+    against a guard page, and the packed bytes against one (tiles exactly as wide as N):
+    no read or write past them."""
     from runtime.ffi import pointer_to
 
-    packer = VnniPacker(k, n, path, 4)
+    path = fast_path("avx512_core_vnni")
+    k, n = 32, 64  # one tile of 4 x 16 columns, 8 chunks of 8, 8 groups (2 quads)
+    raw = guarded(k * n, np.int8, "end")
+    raw[...] = np.random.default_rng(1).integers(-128, 128, k * n)
+    b = raw.reshape(n, k).T if columns else raw.reshape(k, n)
+    packer = VnniPacker(k, n, path, 4, columns=columns)
     out = guarded(packer.packed.data.size, np.uint8, "end")
     packer._parts[0][1].dst = pointer_to(out)  # the kernel's output, flush against the page
     packer(b)
-    assert np.array_equal(out, pack_b(b, path, 4, (0, 0)).data)
+    assert packer._padded is None  # read in place
+    assert np.array_equal(out, pack_b(np.ascontiguousarray(b), path, 4, (0, 0)).data)
 
 
 def test_pack_vnni_refuses_other_paths():
@@ -108,20 +112,20 @@ def test_runtime_weights_replay_packs_the_new_values(isa_path, shape, src_dt, zp
 
 
 def test_inner_product_runtime_weights(isa_path):
-    """An inner product's runtime weights (OC x K rows: B a transposed view, which numpy
-    packs: vnni_packs) packed per call, a K that is no multiple of 4."""
+    """An inner product's runtime weights (OC x K rows: B as columns of K bytes, the
+    columns kernel's) packed per call, a K that is no multiple of 4, and one of 16."""
     from jit.pack_kernel import vnni_packs
 
-    assert not vnni_packs(np.zeros((5, 7), np.int8).T)
+    assert vnni_packs(np.zeros((5, 7), np.int8).T) and not vnni_packs(np.zeros((5, 7), np.int8)[:, ::2])
     _executable_vnni(isa_path)
     rng = np.random.default_rng(3)
-    n, c, oc = 5, 13, 19
-    pd = InnerProductDesc(desc((n, c), "u8", "ab"), desc((oc, c), "s8", "ab"), desc((n, oc), "s32", "ab"),
-                          isa=isa_path)
-    prim = pd.create()
-    for _ in range(2):
-        x = rng.integers(0, 256, (n, c)).astype(np.uint8)
-        w = rng.integers(-128, 128, (oc, c)).astype(np.int8)
-        y = np.zeros((n, oc), np.int32)
-        prim.execute({"src": x, "weights": w, "dst": y})
-        np.testing.assert_array_equal(y, x.astype(np.int64) @ w.T.astype(np.int64))
+    for n, c, oc in ((5, 13, 19), (3, 64, 40)):
+        pd = InnerProductDesc(desc((n, c), "u8", "ab"), desc((oc, c), "s8", "ab"), desc((n, oc), "s32", "ab"),
+                              isa=isa_path)
+        prim = pd.create()
+        for _ in range(2):
+            x = rng.integers(0, 256, (n, c)).astype(np.uint8)
+            w = rng.integers(-128, 128, (oc, c)).astype(np.int8)
+            y = np.zeros((n, oc), np.int32)
+            prim.execute({"src": x, "weights": w, "dst": y})
+            np.testing.assert_array_equal(y, x.astype(np.int64) @ w.T.astype(np.int64))
