@@ -1,26 +1,30 @@
 """B packed for the VNNI paths in machine code: runtime weights at memory speed.
 
-A VNNI kernel reads B (K x N s8, row-major) as ``[tile][group][column of the tile][4]``:
-the four bytes of a K group of one column as one dword (``gemm_pack.pack_b``). numpy
-builds that with strided byte copies (a 768 x 768 B: about 0.3 ms, 0.55 with the
-saturation proof, which VNNI does not need); a matmul whose weights change from call to
-call (attention's K and V) paid it on every call. This kernel does it in one pass, eight
-columns at a time::
+A VNNI kernel reads B (K x N s8) as ``[tile][group][column of the tile][4]``: the four
+bytes of a K group of one column as one dword (``gemm_pack.pack_b``). numpy builds that
+with strided copies (a 768 x 768 B: about 0.3 ms, 0.55 with the saturation proof, which
+VNNI does not need); a matmul whose weights change from call to call (attention's K and
+V) paid it on every call. Two kernels do it in one pass, AVX2 code (every path has it),
+each thread a range of tiles, a batch's items one after another in one call::
 
-    for each block of 16 K groups (64 rows, which stay in L2 while it is swept):
-        for each chunk of 8 columns:
-            for each K group (4 rows) of the block:
-                4 x VMOVQ (8 bytes of each row), VPUNPCKLBW x 2, VPUNPCKLWD/HWD: the 8
-                columns' dwords, in order; one 32-byte store at (tile, group, column)
+    rows of N bytes (K x N row-major), 8 columns a pass (16 where the tiles are whole 16s):
+        for each block of 16 K groups (64 rows, in L2 while it is swept):
+            for each chunk of columns, for each K group of the block:
+                VMOVQ (VMOVDQU) of 4 rows, VPUNPCKLBW (and HBW), VPUNPCKLWD/HWD: the
+                columns' dwords in order, 32-byte stores at (tile, group, column);
                 their sums: VPMADDUBSW by ones (s16 pairs, no saturation), VPMADDWD by ones
-            the chunk's 8 column sums (int32) added to the block's before
+            the chunk's column sums (int32) added to the blocks' before
+    columns of K bytes (an inner product's OC x K rows, a matmul's ba weights):
+        for each chunk of 8 columns, for each 4 K groups (16 bytes of each column):
+            a 4 x 4 dword transpose of each half (VPUNPCK*DQ, VPUNPCK*QDQ), VINSERTI128:
+            the 4 groups' 32-byte rows, stored and summed as above
 
-(A column of chunks walked down all of K, as a first version did, read a 4096-wide B
-at 1.1 GB/s: its rows 4096 bytes apart all fell in the same cache sets.)
+(A first rows kernel walked each chunk down all of K: a 4096-wide B at 1.1 GB/s, its
+rows 4096 bytes apart all in the same cache sets.)
 
-It reads whole groups and chunks only (K a multiple of 4, N of 8; :class:`VnniPacker`
-pads a copy of B where they are not) and writes nothing past the chunks (the output's
-padding columns stay as they were: zero). AVX2 only, so every path has it.
+They read whole groups and chunks only (:class:`VnniPacker` pads a copy of B where its
+K or N is not so) and write nothing past the chunks (the packed padding columns stay as
+they were: zero).
 
 Example::
 
@@ -41,13 +45,13 @@ struct i8j_pack_args {
     void *src; void *dst; void *colsum;
     int64_t ldb; int64_t groups; int64_t chunks; int64_t tile_bytes; int64_t tile_stride;
     int64_t items; int64_t src_item; int64_t dst_item; int64_t sums_item;  /* a batch's strides */
-    int64_t left; int64_t block; int64_t items_left; void *item_src; void *item_dst; void *item_sums;  /* the kernel's own */
+    /* the kernel's own: groups left, in this block; items left; this item's B, bytes, sums */
+    int64_t left; int64_t block; int64_t items_left; void *item_src; void *item_dst; void *item_sums;
 };
 """
 SIGNATURE = "void (*)(struct i8j_pack_args *)"
 FIELDS = ("src", "dst", "colsum", "ldb", "groups", "chunks", "tile_bytes", "tile_stride", "items", "src_item",
-          "dst_item", "sums_item", "left", "block", "items_left", "item_src", "item_dst",
-          "item_sums")
+          "dst_item", "sums_item", "left", "block", "items_left", "item_src", "item_dst", "item_sums")
 ISA = "avx2"
 CHUNK = 8  # columns a pass
 WIDE = 16  # columns a pass of the rows kernel where tiles are whole 16s of columns
@@ -104,7 +108,8 @@ class VnniPacker:
     >>> again is first, first.colsum.tolist()
     (True, [8, 8, 8, 8, 8, 8, 8, 8])
     >>> three = VnniPacker(4, 8, fast_path("avx2_vnni"), 1, items=3)
-    >>> [int(p.colsum[0]) for p in three(np.arange(3, dtype=np.int8).reshape(3, 1, 1) * np.ones((3, 4, 8), np.int8))]
+    >>> b = np.arange(3, dtype=np.int8).reshape(3, 1, 1) * np.ones((3, 4, 8), np.int8)
+    >>> [int(p.colsum[0]) for p in three(b)]
     [0, 4, 8]
     """
 

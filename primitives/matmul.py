@@ -340,7 +340,6 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         super().__init__(pd)
         self._plans: dict = {}
         self._sp_views: dict = {}
-        self._runtime_weights: tuple | None = None  # (bytes key, packed, choice)
 
     def _weights(self, mem: Memory, b: int, views: dict):
         """(packed B, choice, repack) of batch item ``b``. Runtime weights on a VNNI path
@@ -466,11 +465,11 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if not (runtime and len({id(r[0]) for r in runs}) == len(runs) or packed_weights and len(runs) == 1):
             return None
         K = self.pd.K
-        (plan, a4, a, repack, comp), = runs if len(runs) == 1 else [(None,) * 5]
-        if len(runs) == 1 and a4 is None and repack is None:
+        if len(runs) == 1 and runs[0][1] is None and runs[0][3] is None:
             # One GEMM on the caller's arrays is repeated by its kernel calls alone. (A
             # partial, not the bound method: a replay can outlive the plan's place in
             # self._plans, and keeps the plan, and what its structs point into, alive.)
+            plan = runs[0][0]
             kernels = functools.partial(CallPlan.run, plan.calls)
             kernels.plan = plan
             return Replay(kernels, by_value=(BIAS,))
