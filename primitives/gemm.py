@@ -272,14 +272,16 @@ class Gemm:
         self._plan_cache: tuple | None = None  # (key, plan, comps, shifted A buffer)
 
     # -- creation-time decisions -------------------------------------------------------
-    def _pack(self, B: np.ndarray) -> tuple[PackedB | None, Choice]:
+    def _pack(self, B: np.ndarray, proof: bool = True) -> tuple[PackedB | None, Choice]:
+        """B packed (``proof``: with the saturation proof on VNNI too, which impl_info
+        reports; a B given at execution, packed at every call, goes without)."""
         check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
                      self.N if self.transb == "N" else self.K, self.ldb)
         if self._empty:
             return None, decide(self.isa, self.policy, None, self.N)
         b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
             else B[: self.K, : self.N]
-        return pack_weights(b_kn, self.isa, self.policy)
+        return pack_weights(b_kn, self.isa, self.policy, proof=proof)
 
     def _kernel(self, choice: Choice, spec: OutputSpec):
         key = (choice.path, choice.nr, choice.residual, spec)
@@ -310,7 +312,7 @@ class Gemm:
             co = check_vector("co", co, np.int32, {"F": 1, "C": M, "R": N}[self.offsetc])
         check_disjoint({"A": A, "C": C} if co is None else {"A": A, "C": C, "co": co}, ("C",), "gemm")
         if B is not None:
-            packed, choice = self._pack(B)
+            packed, choice = self._pack(B, proof=False)
             self._last_packed, self._last_choice = packed, choice
         elif self._choice is not None:
             packed, choice = self._packed, self._choice
