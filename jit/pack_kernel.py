@@ -203,22 +203,16 @@ def generate(columns: bool = False, wide: bool = False):
     return build(name, ISA, SIGNATURE, (argument,), lambda: _emit(argument, wide))
 
 
-def _emit(argument, wide: bool = False) -> None:
+def _start(A, ones8, ones16, done) -> None:
+    """Both kernels' start: nothing to do without groups or chunks; the ones vectors;
+    the loop registers (r10 ldb, r11 3 ldb, r12 a tile's group bytes, r15 a tile's
+    bytes); the first item's B, packed bytes and sums (``A``: an args field)."""
     from jit import asm
-    from jit.asm import (ADD, CMP, DEC, IMUL, JNZ, JZ, LABEL, LEA, MOV, SUB, TEST, XOR, Label, rax, rbp, rbx, rcx,
-                         rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14, r15)
+    from jit.asm import CMP, JZ, LEA, MOV, rax, r10, r11, r12, r15
 
-    off = args_offsets()
-    A = lambda f: [rdi + off[f]]  # noqa: E731
-    x = [asm.xmm1, asm.xmm2, asm.xmm3, asm.xmm4]
-    y1, y2, acc, ones8, ones16 = asm.ymm1, asm.ymm2, asm.ymm0, asm.ymm5, asm.ymm6
-    asm.LOAD.ARGUMENT(rdi, argument)
-    done, item, block, chunk, group, next_tile = Label(), Label(), Label(), Label(), Label(), Label()
-    MOV(rax, A("groups"))
-    TEST(rax, rax)
-    JZ(done)
-    CMP(asm.qword[rdi + off["chunks"]], 0)
-    JZ(done)
+    for field in ("groups", "chunks"):
+        CMP(asm.qword[A(field)[0]], 0)
+        JZ(done)
     MOV(rax.as_dword, 0x01010101)  # u8 ones (VPMADDUBSW's unsigned operand), then s16 ones
     asm.VMOVD(ones8.as_xmm, rax.as_dword)
     asm.VPBROADCASTD(ones8, ones8.as_xmm)
@@ -229,14 +223,39 @@ def _emit(argument, wide: bool = False) -> None:
     LEA(r11, [r10 + r10 * 2])  # 3 rows
     MOV(r12, A("tile_bytes"))  # bytes of one group of a tile: a column's dword each
     MOV(r15, A("tile_stride"))
-    MOV(rax, A("items"))
-    MOV(A("items_left"), rax)
-    MOV(rax, A("src"))
-    MOV(A("item_src"), rax)
-    MOV(rax, A("dst"))
-    MOV(A("item_dst"), rax)
-    MOV(rax, A("colsum"))
-    MOV(A("item_sums"), rax)
+    for counter, start in (("items_left", "items"), ("item_src", "src"), ("item_dst", "dst"),
+                           ("item_sums", "colsum")):
+        MOV(rax, A(start))
+        MOV(A(counter), rax)
+
+
+def _next_item(A, item, done) -> None:
+    """Both kernels' end of an item: the next one's B, packed bytes and sums, or return."""
+    from jit import asm
+    from jit.asm import ADD, JNZ, LABEL, MOV, rax
+
+    for pointer, stride in (("item_src", "src_item"), ("item_dst", "dst_item"), ("item_sums", "sums_item")):
+        MOV(rax, A(stride))
+        ADD(A(pointer), rax)
+    asm.DEC(asm.qword[A("items_left")[0]])
+    JNZ(item)
+    LABEL(done)
+    asm.VZEROUPPER()
+    asm.RETURN()
+
+
+def _emit(argument, wide: bool = False) -> None:
+    from jit import asm
+    from jit.asm import (ADD, CMP, DEC, IMUL, JNZ, LABEL, LEA, MOV, SUB, XOR, Label, rax, rbp, rbx, rcx,
+                         rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14, r15)
+
+    off = args_offsets()
+    A = lambda f: [rdi + off[f]]  # noqa: E731
+    x = [asm.xmm1, asm.xmm2, asm.xmm3, asm.xmm4]
+    y1, y2, acc, ones8, ones16 = asm.ymm1, asm.ymm2, asm.ymm0, asm.ymm5, asm.ymm6
+    asm.LOAD.ARGUMENT(rdi, argument)
+    done, item, block, chunk, group, next_tile = Label(), Label(), Label(), Label(), Label(), Label()
+    _start(A, ones8, ones16, done)
     LABEL(item)
     MOV(rdx, A("item_src"))  # the block's first row
     MOV(rax, A("groups"))
@@ -313,18 +332,7 @@ def _emit(argument, wide: bool = False) -> None:
     ADD(rbp, rax)
     CMP(asm.qword[rdi + off["left"]], 0)
     JNZ(block)
-    # The next item: its B, its packed bytes, its column sums.
-    MOV(rax, A("src_item"))
-    ADD(A("item_src"), rax)
-    MOV(rax, A("dst_item"))
-    ADD(A("item_dst"), rax)
-    MOV(rax, A("sums_item"))
-    ADD(A("item_sums"), rax)
-    DEC(asm.qword[rdi + off["items_left"]])
-    JNZ(item)
-    LABEL(done)
-    asm.VZEROUPPER()
-    asm.RETURN()
+    _next_item(A, item, done)
 
 
 def _emit_columns(argument) -> None:
@@ -341,29 +349,7 @@ def _emit_columns(argument) -> None:
     acc, ones8, ones16 = ymm[13], ymm[14], ymm[15]
     asm.LOAD.ARGUMENT(rdi, argument)
     done, item, chunk, quad, next_tile = Label(), Label(), Label(), Label(), Label()
-    MOV(rax, A("groups"))
-    TEST(rax, rax)
-    JZ(done)
-    CMP(asm.qword[rdi + off["chunks"]], 0)
-    JZ(done)
-    MOV(rax.as_dword, 0x01010101)
-    asm.VMOVD(ones8.as_xmm, rax.as_dword)
-    asm.VPBROADCASTD(ones8, ones8.as_xmm)
-    MOV(rax.as_dword, 0x00010001)
-    asm.VMOVD(ones16.as_xmm, rax.as_dword)
-    asm.VPBROADCASTD(ones16, ones16.as_xmm)
-    MOV(r10, A("ldb"))
-    LEA(r11, [r10 + r10 * 2])  # 3 columns
-    MOV(r12, A("tile_bytes"))
-    MOV(r15, A("tile_stride"))
-    MOV(rax, A("items"))
-    MOV(A("items_left"), rax)
-    MOV(rax, A("src"))
-    MOV(A("item_src"), rax)
-    MOV(rax, A("dst"))
-    MOV(A("item_dst"), rax)
-    MOV(rax, A("colsum"))
-    MOV(A("item_sums"), rax)
+    _start(A, ones8, ones16, done)
     LABEL(item)
     MOV(rsi, A("item_src"))  # the chunk's first column
     MOV(r14, A("item_dst"))  # the chunk's tile
@@ -433,14 +419,4 @@ def _emit_columns(argument) -> None:
     LABEL(next_tile)
     DEC(r8)
     JNZ(chunk)
-    MOV(rax, A("src_item"))
-    ADD(A("item_src"), rax)
-    MOV(rax, A("dst_item"))
-    ADD(A("item_dst"), rax)
-    MOV(rax, A("sums_item"))
-    ADD(A("item_sums"), rax)
-    DEC(asm.qword[rdi + off["items_left"]])
-    JNZ(item)
-    LABEL(done)
-    asm.VZEROUPPER()
-    asm.RETURN()
+    _next_item(A, item, done)
