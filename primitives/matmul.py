@@ -331,6 +331,9 @@ class _ZeroK(Primitive):
         self._one.execute(args)
 
 
+_VIEWS_KEPT = 64  # scratchpads whose views (and runtime weights' buffers) a primitive keeps: one a slot
+
+
 def _packed_with_the_first() -> None:
     """A batch item's runtime weights need no packing of their own: item 0's packed them all."""
 
@@ -382,6 +385,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         key = sp.ctypes.data
         views = self._sp_views.get(key)
         if views is None:
+            if len(self._sp_views) >= _VIEWS_KEPT:  # (a caller's new scratchpad at every call: not all kept)
+                self._sp_views.pop(next(iter(self._sp_views)))
             n_pad = self.pd._n_padded
             cols = sp[: 16 * n_pad].view(np.float32).reshape(4, n_pad)
             views = self._sp_views[key] = {"col_comp": cols[0].view(np.int32), "scale": cols[1], "bias": cols[2],

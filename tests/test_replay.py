@@ -7,7 +7,7 @@ import pytest
 
 from primitives.attr import Attr, PostOps, post_op_src1
 from primitives.conv import ConvolutionDesc
-from primitives.matmul import InnerProductDesc
+from primitives.matmul import InnerProductDesc, MatmulDesc
 from primitives.memory import Memory, desc
 from primitives.reorder import reorder_desc
 from tests.conftest import check_dst_changed_in_place
@@ -524,3 +524,29 @@ def test_last_replay_first_then_the_slots(monkeypatch):
     p.execute(a)
     np.testing.assert_array_equal(a["dst"], want_a)
     assert not np.array_equal(c["dst"], want_a)
+
+
+def test_new_user_scratchpads_on_every_call_are_not_all_kept():
+    """A matmul in user scratchpad mode given a new scratchpad at every call (runtime
+    weights: their packing buffers go with each scratchpad's views) keeps what it knows
+    of at most matmul._VIEWS_KEPT of them, and computes right with each."""
+    import gc
+    import weakref
+
+    from primitives import matmul
+
+    pd = MatmulDesc(desc((4, 16), "u8", "ab"), desc((16, 24), "s8", "ab"), desc((4, 24), "s32", "ab"),
+                    attr=Attr(scratchpad_mode="user"))
+    p = pd.create()
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 256, (4, 16)).astype(np.uint8)
+    first = None
+    for i in range(matmul._VIEWS_KEPT + 5):
+        w = rng.integers(-128, 128, (16, 24)).astype(np.int8)
+        c = np.zeros((4, 24), np.int32)
+        pad = np.zeros(pd.scratchpad_desc().nbytes + 64 * (i % 3), np.uint8)  # (new addresses)
+        first = first or weakref.ref(pad)
+        p.execute({"src": a, "weights": w, "dst": c, "scratchpad": pad})
+        np.testing.assert_array_equal(c, a.astype(np.int64) @ w.astype(np.int64))
+    gc.collect()
+    assert len(p._sp_views) <= matmul._VIEWS_KEPT and first() is None
