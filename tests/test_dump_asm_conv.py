@@ -74,6 +74,14 @@ def test_pool_kernel_listing(isa):
     assert "vpmaxsb" in out.getvalue().lower()
 
 
+def test_pack_kernels_listing():
+    out = io.StringIO()
+    assert run(["pack"], out) == 0
+    text = out.getvalue()
+    assert all(f"; {name} [avx2]" in text for name in ("pack_b_vnni", "pack_b_vnni_wide", "pack_b_vnni_columns"))
+    assert "vpunpcklbw" in text.lower() and "vpunpckldq" in text.lower()
+
+
 def test_copy_kernel_listing():
     out = io.StringIO()
     assert run(["copy"], out) == 0

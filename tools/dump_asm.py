@@ -20,6 +20,8 @@ Kernels (``--list``)::
            [--window K] [--a-type u8|s8] [--dst s32|f32|u8|s8] (avg: the dst type; max
            writes the source type)
     copy   the row copy a convolution's threads fill their padded source with
+    pack   the kernels that pack B for the VNNI paths (runtime weights, reorders into
+           any): from rows of N bytes, 8 and 16 columns a pass, and from columns of K
 
 A path the CPU lacks is generated and disassembled all the same (mapping code needs no
 CPU support); it is never executed. Examples::
@@ -48,6 +50,7 @@ KERNELS = {
     "conv": "the kernel of a convolution layer (primitives.conv: batch-reduce GEMM, or depthwise)",
     "pool": "the pooling kernel of a --window (primitives.pooling, jit.pooling_kernel)",
     "copy": "the row copy of a convolution's padded source (jit.copy_kernel)",
+    "pack": "the kernels packing B for the VNNI paths: from rows, by 8 and 16 columns, from columns (jit.pack_kernel)",
 }
 
 
@@ -248,6 +251,13 @@ def _copy(args, isa: str):
     return [f"the convolution's padded-source row copy ({ISA}: every ISA path runs it)"], [copy_kernel()]
 
 
+def _pack(args, isa: str):
+    from jit.pack_kernel import ISA, pack_kernel
+
+    kernels = [pack_kernel(), pack_kernel(wide=True), pack_kernel(columns=True)]
+    return [f"B packed for the VNNI paths ({ISA} code: every ISA path runs it)"], kernels
+
+
 def render(kernels, header: Sequence[str], syntax: str = "intel") -> str:
     """The listing: a comment header, then per kernel its name, size and instructions."""
     from jit.disasm import disassemble
@@ -275,7 +285,7 @@ def run(argv: Sequence[str] | None = None, out=None) -> int:
         raise UsageError(f"unknown kernel {args.kernel!r}; expected one of {', '.join(KERNELS)}")
     isa = _isa(args.isa)
     header, kernels = {"demo": _demo, "peak": _peak, "gemm": _gemm, "conv": _conv, "pool": _pool,
-                       "copy": _copy}[args.kernel](args, isa)
+                       "copy": _copy, "pack": _pack}[args.kernel](args, isa)
     text = render(kernels, header, args.syntax)
     if args.output:
         with open(args.output, "w") as f:
