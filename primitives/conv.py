@@ -328,13 +328,18 @@ class ConvolutionDesc(PrimitiveDesc):
         """Padded copies of each image in the scratchpad (if it has one): one a thread
         where the threads split the column tiles (each reads every row, from the copy it
         wrote itself and has in its own caches; reading rows another core has just
-        written cost res5 3x3/2 5% on a Zen 4, two threads), else one. Only whole
-        channels-last pixels of one depth plane are copied row by row in the threads' lists;
-        any other source is copied once, before them, and every thread reads that copy."""
+        written cost res5 3x3/2 5% on a Zen 4, two threads), else one. Only a source whose
+        rows the threads copy themselves (:meth:`_copies_rows`) can have one a thread; any
+        other is copied once, before the threads' lists, and every thread reads that copy."""
         copy = not (self._direct_src() or self._edges or self._strips)
+        return self.threads if copy and self._copies_rows() and self._split_columns() else 1
+
+    def _copies_rows(self) -> bool:
+        """Whether the padded copy is filled row by row in the threads' call lists, each
+        thread the rows it reads (whole channels-last pixels of one depth plane: the
+        user's rows as they are), rather than all at once before the lists."""
         g, md = self.geometry, self.src_desc()
-        by_rows = md.perm == _channels_last(md.ndims) and g.icg == g.icgp and g.padded[0] == 1
-        return self.threads if copy and by_rows and self._split_columns() else 1
+        return md.perm == _channels_last(md.ndims) and g.icg == g.icgp and g.padded[0] == 1
 
     def _pixel_parts(self) -> int:
         """How many ways the output pixels split between threads (1 where they take column tiles)."""
@@ -494,8 +499,7 @@ class _Convolution(GemmKernels, Primitive):
                 pixel = G * g.icgp
                 # (Threads that split the columns each copy every row, into a copy of their
                 # own: pd._copies.)
-                if g.icg == g.icgp and g.padded[0] == 1 and x.flags.c_contiguous \
-                        and np.may_share_memory(x, src.array):
+                if pd._copies_rows() and x.flags.c_contiguous and np.may_share_memory(x, src.array):
                     rows_src = x  # whole pixels, one depth plane, the user's channels-last array
                 else:
                     copy_source = _source_copy(interior, x, a, g, zp_src)
