@@ -359,23 +359,22 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                                  "weights_desc() asked for")
             return mem.payload + (None,)
         logical = mem.logical()
-        batched = pd.kind == "matmul" and logical.ndim == 3
-        items = logical.shape[0] if batched else 1
-        order = (0, 1) if batched else pd._weights_order
-        layout = WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, order)
-        if pd.fast.path.kind != "vnni" or not vnni_packs(logical if batched else layout.b_kn(logical)):
-            b_kn = layout.b_kn(logical[b if items > 1 else 0] if batched else logical)
-            return pack_weights(b_kn, pd.isa, pd.attr.policy, proof=False) + (None,)
+        # B as K x N, or (a batched matmul's) items x K x N: the views the packing reads
+        src = logical if pd.kind == "matmul" and logical.ndim == 3 else \
+            WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, pd._weights_order).b_kn(logical)
+        item = (b if src.shape[0] > 1 else 0) if src.ndim == 3 else None
+        if pd.fast.path.kind != "vnni" or not vnni_packs(src):
+            return pack_weights(src if item is None else src[item], pd.isa, pd.attr.policy, proof=False) + (None,)
         packer = views.get("packer")
         if packer is None:
-            columns = logical.strides[-1] != 1 if batched else layout.b_kn(logical).strides[-1] != 1
-            packer = views["packer"] = VnniPacker(pd.K, pd.N, pd.fast.path, pd.fast.nr, items, pd.threads, columns)
+            items = src.shape[0] if src.ndim == 3 else 1
+            packer = views["packer"] = VnniPacker(pd.K, pd.N, pd.fast.path, pd.fast.nr, items, pd.threads,
+                                                  columns=src.strides[-1] != 1)
         repack = _packed_with_the_first
         if b == 0:
-            whole = logical if items > 1 else layout.b_kn(logical[0] if batched else logical)
-            packer(whole)
-            repack = functools.partial(packer, whole)
-        return packer.packs[b if items > 1 else 0], pd.fast, repack
+            packer(src)
+            repack = functools.partial(packer, src)
+        return packer.packs[item or 0], pd.fast, repack
 
     def _scratchpad_gone(self, address: int) -> None:
         self._sp_views.pop(address, None)

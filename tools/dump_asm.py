@@ -50,7 +50,7 @@ KERNELS = {
     "conv": "the kernel of a convolution layer (primitives.conv: batch-reduce GEMM, or depthwise)",
     "pool": "the pooling kernel of a --window (primitives.pooling, jit.pooling_kernel)",
     "copy": "the row copy of a convolution's padded source (jit.copy_kernel)",
-    "pack": "the kernels packing B for the VNNI paths: from rows, by 8 and 16 columns, from columns (jit.pack_kernel)",
+    "pack": "the kernels packing B for the VNNI paths, from rows and from columns (jit.pack_kernel)",
 }
 
 
