@@ -603,7 +603,8 @@ class Replay:
         by_value = set(self.by_value) | set(spec.quant)
         for name, value in args.items():
             array = value.array if type(value) is Memory else value
-            if name not in by_value and name in mem and mem[name].array is not array:
+            if name not in by_value and name in mem and mem[name].array is not array \
+                    and not _view_of(mem[name].array, array):
                 return False  # execute() copied it: the set-up points at the copy
         return self.remember(args, by_value, spec.outputs)
 
@@ -628,6 +629,14 @@ class Replay:
     def matches(self, args: dict) -> bool:
         """``args`` holds the recorded objects, unchanged (see the class docstring)."""
         return self._matches is not None and self._matches(args, self._record)
+
+
+def _view_of(view, array) -> bool:
+    """Whether ``view`` is ``array``'s own bytes in another order (a logical-shape array of
+    a plain tag, as Memory takes it: its transpose into memory order), which the same
+    array gives again at every call."""
+    return type(view) is np.ndarray and type(array) is np.ndarray and view.base is not None \
+        and view.base is (array if array.base is None else array.base) and view.ctypes.data == array.ctypes.data
 
 
 _MATCHERS: dict = {}  # layout -> generated matches(args, record)

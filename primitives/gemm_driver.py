@@ -41,7 +41,7 @@ class Operand:
 class OutputArgs:
     """The run-time values of the output stage (jit.output)."""
 
-    col_comp: np.ndarray  # s32 per column, padded to whole tiles
+    col_comp: np.ndarray | None  # s32 per column, padded to whole tiles (None: the stage reads none)
     row_comp: np.ndarray | None = None  # s32 per row
     scale: Operand | None = None
     bias: Operand | None = None
@@ -101,6 +101,13 @@ def new_args(kspec, packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c
             raise RuntimeError(f"internal: {kspec.name} reads residual cells that these packed weights lack")
         s.res_head = _at(head, (c0 // packed.tile_n) * head.strides[0])
         s.res_entries = _at(entries)
+    set_output_args(s, out, c0, r0)
+    return s
+
+
+def set_output_args(s, out: OutputArgs, c0: int, r0: int) -> None:
+    """The output stage's fields of a kernel's struct ``s`` (``jit.output.args_cdef_fields``)
+    for a chunk whose first column is ``c0`` and first row ``r0``."""
     s.col_comp = _at(out.col_comp, 4 * c0)
     s.row_comp = _at(out.row_comp, 4 * r0)
     for name in ("scale", "bias", "dst_zp"):
@@ -113,7 +120,6 @@ def new_args(kspec, packed, K: int, lda: int, ldc_bytes: int, out: OutputArgs, c
         operand = out.po_src.get(i)
         s.po_src[i] = ffi.NULL if operand is None else _at(operand.array, _offset(operand, c0, r0))
         s.po_ld[i] = 0 if operand is None else operand.ld
-    return s
 
 
 def kernel_of(kspec):

@@ -40,9 +40,11 @@ import numpy as np
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
+from jit.gemv_kernel import gemv_kernel
 from jit.pack_kernel import VnniPacker, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
+from primitives.gemv_driver import GemvPlan, columns_view, runs_in_place
 from primitives.checks import check_no_zero_dim
 from primitives.memory import Memory, MemoryDesc, desc, identity_tag, packed_desc
 from primitives import verbose
@@ -103,12 +105,29 @@ class WeightsLayout:
         dst.payload = (dataclasses.replace(packed, data=buf[:size]), choice)
 
 
+def _columns_of_k(md: MemoryDesc, kind: str, order) -> bool:
+    """Whether plain weights ``md`` hold each output column's K values as contiguous
+    bytes (an inner product's OC x C... in the source's order; a matmul's ``ba``)."""
+    if md.is_any or md.is_packed:
+        return False
+    if kind == "matmul":
+        return md.dims[-2] == 1 or md.strides[-2] == 1
+    expected = 1
+    for d in reversed(order[:-1]):  # the K dims, innermost first: dense, as one run
+        if md.dims[d] != 1:
+            if md.strides[d] != expected:
+                return False
+            expected *= md.dims[d]
+    return True
+
+
 class _GemmBasedDesc(PrimitiveDesc):
     """What matmul and inner product share: attributes, output stage, weights layout."""
 
     _k_zero: "MatmulDesc | None" = None  # a matmul with K = 0: the K = 1 one it runs (_zero_k)
     weights_batch = src_batch = 1  # a batched matmul's: dst's batch, or 1 (broadcast)
     _item_binary = False  # a binary operand of one value or one per column per batch item
+    _in_place = None  # the kernel that reads runtime weights in place (few rows), or None
 
     def flat(self) -> bool:
         """One GEMM of batch*M rows: one weight matrix serves the batch, src has a matrix
@@ -171,6 +190,12 @@ class _GemmBasedDesc(PrimitiveDesc):
         self._set_desc(DST, dst_md)
         self._set_desc(BIAS, bias_md)
         self._weights_order = tuple(weights_order)
+        # Runtime weights whose columns are K contiguous bytes, times a few rows: read in
+        # place (jit.gemv_kernel), not packed at every call.
+        rows = M * batch if self.flat() else M
+        if not weights_md.is_any and _columns_of_k(weights_md, self.kind, weights_order) and runs_in_place(
+                self.fast.path, rows, K):
+            self._in_place = self._gemv_for(self.output)
         tiles = -(-N // (self.fast.nr * self.fast.path.lanes)) * self.fast.nr * self.fast.path.lanes
         self._n_padded = tiles
         self.scratchpad_nbytes = 4 * 4 * tiles + (4 * M * batch if K < 4 else 0)
@@ -210,6 +235,10 @@ class _GemmBasedDesc(PrimitiveDesc):
         rows = self.M * self.batch if self.flat() else self.M
         return gemm_kernel(choice, self.src_s8, output or self.output, (rows, self.N, self.K, self.threads))
 
+    def _gemv_for(self, output):
+        """The in-place kernel for the output stage ``output``."""
+        return gemv_kernel(self.fast.path, self.src_s8, output.col_comp, output)
+
     def _key_extra(self):
         return (self.kind,)
 
@@ -222,7 +251,9 @@ class _GemmBasedDesc(PrimitiveDesc):
                 "policy": self.attr.policy, "exact": self.fast.exact_under(self.attr.policy),
                 "decision": self.fast.reason, "kernel": kspec.name,
                 "tile": (kspec.mr, kspec.nr), "shape": (self.batch, self.M, self.N, self.K),
-                "output": self.output, "kernels": [self._kernel_for(c).meta["kspec"].name for c in self._choices]}
+                "output": self.output, "kernels": [self._kernel_for(c).meta["kspec"].name for c in self._choices],
+                **({"runtime_weights": f"read in place by {self._in_place.meta['gemv'].name}"}
+                   if self._in_place is not None else {})}
 
     def _create_primitive(self):
         return _GemmBasedPrimitive(self) if self._k_zero is None else _ZeroK(self)
@@ -338,6 +369,10 @@ def _packed_with_the_first() -> None:
     """A batch item's runtime weights need no packing of their own: item 0's packed them all."""
 
 
+def _in_place() -> None:
+    """Runtime weights read in place need no packing: a replay runs the kernels alone."""
+
+
 class _GemmBasedPrimitive(GemmKernels, Primitive):
     def __init__(self, pd: _GemmBasedDesc):
         super().__init__(pd)
@@ -358,10 +393,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 raise ValueError("weights: this packed memory was not filled by a reorder into the layout "
                                  "weights_desc() asked for")
             return mem.payload + (None,)
-        logical = mem.logical()
-        # B as K x N, or (a batched matmul's) items x K x N: the views the packing reads
-        src = logical if pd.kind == "matmul" and logical.ndim == 3 else \
-            WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, pd._weights_order).b_kn(logical)
+        src = self._weights_view(mem)
         item = (b if src.shape[0] > 1 else 0) if src.ndim == 3 else None
         if pd.fast.path.kind != "vnni" or not vnni_packs(src):
             return pack_weights(src if item is None else src[item], pd.isa, pd.attr.policy, proof=False) + (None,)
@@ -375,6 +407,23 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             packer(src)
             repack = functools.partial(packer, src)
         return packer.packs[item or 0], pd.fast, repack
+
+    def _weights_view(self, mem: Memory) -> np.ndarray:
+        """Plain weights as K x N, or (a batched matmul's) items x K x N: the views the
+        packing, or the in-place kernel, reads."""
+        pd = self.pd
+        logical = mem.logical()
+        return logical if pd.kind == "matmul" and logical.ndim == 3 else \
+            WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, pd._weights_order).b_kn(logical)
+
+    def _in_place_weights(self, mem: Memory, b: int) -> np.ndarray | None:
+        """Batch item ``b``'s K x N weights where the in-place kernel reads them, else None."""
+        if self.pd._in_place is None or mem.desc.is_packed:
+            return None
+        w = self._weights_view(mem)
+        if w.ndim == 3:
+            w = w[b if w.shape[0] > 1 else 0]
+        return w if columns_view(w) else None
 
     def _scratchpad_gone(self, address: int) -> None:
         self._sp_views.pop(address, None)
@@ -431,20 +480,25 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         c_all = mem[DST].array.reshape(-1, rows, N)
         keep, runs = [], []
         for b in range(c_all.shape[0]):
-            packed, choice, repack = self._weights(mem[WEIGHTS], b, views)
-
-            def comp(packed=packed):  # -ao * column sums, wrapping as int32
-                views["col_comp"][:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
-            # Weights packed at this call: always recompute (but zeros stay zeros).
-            refresh(views["last"], "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else
-                    ("any weights", 0) if ao == 0 else None, comp)
             a_b = a_all[b if pd.src_batch > 1 else 0]
-            a, lda, a4 = a_b, K, None
-            if K < 4:  # the kernel reads whole dwords of A: pad K to 4 in the scratchpad
-                a4 = views["a4"][: 4 * rows].reshape(rows, 4)
-                a4[:, :K] = a.view(np.uint8)
-                a, lda = a4.view(a.dtype), 4
-            plan = self._plan(packed, choice, views, lda, rows, output)
+            w = self._in_place_weights(mem[WEIGHTS], b)
+            comp = a4 = None
+            if w is not None:  # read in place: no packing, the kernel subtracts the compensation
+                plan, repack = self._gemv_plan(w, views, rows, output, b), _in_place
+            else:
+                packed, choice, repack = self._weights(mem[WEIGHTS], b, views)
+
+                def comp(packed=packed):  # -ao * column sums, wrapping as int32
+                    views["col_comp"][:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
+                # Weights packed at this call: always recompute (but zeros stay zeros).
+                refresh(views["last"], "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else
+                        ("any weights", 0) if ao == 0 else None, comp)
+                a, lda = a_b, K
+                if K < 4:  # the kernel reads whole dwords of A: pad K to 4 in the scratchpad
+                    a4 = views["a4"][: 4 * rows].reshape(rows, 4)
+                    a4[:, :K] = a.view(np.uint8)
+                    a, lda = a4.view(a.dtype), 4
+                plan = self._plan(packed, choice, views, lda, rows, output)
             for st in plan.structs:
                 st.dst_scale_inv = dst_scale
             for i, kind in pd._binary:
@@ -454,8 +508,11 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 for st, (c0, r0) in zip(plan.structs, plan.chunks):
                     st.po_src[i] = base + {"common": 0, "col": 4 * c0, "row": 4 * r0, "full": r0 * 4 * N + 4 * c0}[kind]
                     st.po_ld[i] = 4 * N
-            run(plan, a, c_all[b])
-            runs.append((plan, a4, a_b, repack, comp if repack is not None and ao else None))
+            if w is not None:
+                plan.run(a_b, w, c_all[b], ao)
+            else:
+                run(plan, a, c_all[b])
+            runs.append((plan, a4, a_b, repack, comp if repack not in (None, _in_place) and ao else None))
         return self._replay(runs, keep, mem[WEIGHTS].desc.is_packed) if kept else None
 
     def _replay(self, runs: list, keep: list, packed_weights: bool) -> Replay | None:
@@ -469,7 +526,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if not (runtime and len({id(r[0]) for r in runs}) == len(runs) or packed_weights and len(runs) == 1):
             return None
         K = self.pd.K
-        if len(runs) == 1 and runs[0][1] is None and runs[0][3] is None:
+        if len(runs) == 1 and runs[0][1] is None and runs[0][3] in (None, _in_place):
             # One GEMM on the caller's arrays is repeated by its kernel calls alone. (A
             # partial, not the bound method: a replay can outlive the plan's place in
             # self._plans, and keeps the plan, and what its structs point into, alive.)
@@ -514,6 +571,23 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             src1 = np.broadcast_to(src1.reshape(shape[1:]), shape)
         return np.ascontiguousarray(src1, np.float32)
 
+    def _gemv_plan(self, w: np.ndarray, views: dict, rows: int, output, b: int) -> GemvPlan:
+        """The in-place kernel's plan for item ``b`` (its own structs: a replay runs every
+        item's calls without pointing them anew) on these weights' column stride."""
+        pd = self.pd
+        kernel = pd._in_place
+        if output != pd.output:  # (a dst scale or zero point's values changed the stage)
+            kernels = self.__dict__.setdefault("_gemv_kernels", {})
+            kernel = kernels.get(output) or kernels.setdefault(output, pd._gemv_for(output))
+        key = ("gemv", kernel.address, views["sp"].ctypes.data, w.strides[1], rows, b)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) > 8 + 2 * pd.batch:
+                self._plans.clear()
+            plan = self._plans[key] = GemvPlan(kernel, rows, pd.N, pd.K, pd.K, w.strides[1],
+                                               pd.N * pd.output.dst_bytes, self._output_args(views, None), pd.threads)
+        return plan
+
     def _plan(self, packed, choice, views, lda, rows, output):
         pd = self.pd
         kernel = self._kernel(choice, output)
@@ -521,7 +595,18 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         plan = self._plans.get(key)
         if plan is not None:
             return plan
-        col_comp, scale, bias, dst_zp = views["col_comp"], views["scale"], views["bias"], views["dst_zp"]
+        dst_bytes = pd.output.dst_bytes
+        plan = make_plan(kernel, packed, rows, pd.N, pd.K, lda, pd.N * dst_bytes,
+                         self._output_args(views, views["col_comp"]), pd.threads)
+        if len(self._plans) > 8 + 2 * pd.batch:  # (runtime weights: a plan per batch item)
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def _output_args(self, views: dict, col_comp) -> OutputArgs:
+        """The output stage's operands, in this scratchpad's per-column vectors."""
+        pd = self.pd
+        scale, bias, dst_zp = views["scale"], views["bias"], views["dst_zp"]
         attr = pd.attr
         out = OutputArgs(col_comp=col_comp)
         if pd._scale_kind != "none":
@@ -533,10 +618,5 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         for i, e in enumerate(attr.post_ops):
             out.po_scale.append(e.scale if isinstance(e, Sum) else 1.0)
             out.po_zp.append(float(e.zero_point) if isinstance(e, Sum) else 0.0)
-        dst_bytes = pd.output.dst_bytes
-        plan = make_plan(kernel, packed, rows, pd.N, pd.K, lda, pd.N * dst_bytes, out, pd.threads)
-        if len(self._plans) > 8 + 2 * pd.batch:  # (runtime weights: a plan per batch item)
-            self._plans.clear()
-        self._plans[key] = plan
-        return plan
+        return out
 

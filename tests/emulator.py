@@ -697,6 +697,34 @@ def _inserti128(m: Machine, ins) -> None:
     m.vdst(ins, v, 4)
 
 
+def _inserti256(m: Machine, ins) -> None:
+    """VINSERTI64X4: src1 with the 256-bit half imm8 replaced by src2."""
+    v = m.vsrc(ins, 1, 64).copy()
+    half = ins.immediate(3) & 1
+    v[32 * half: 32 * half + 32] = m.vsrc(ins, 2, 32)[:32]
+    m.vdst(ins, v, 8)
+
+
+def _perm2i128(m: Machine, ins) -> None:
+    """VPERM2I128: each 128-bit half of the result is one of src1's or src2's halves
+    (imm8 bits 1:0 and 5:4), or zero (bits 3 and 7)."""
+    blocks = np.concatenate([m.vsrc(ins, 1, 32), m.vsrc(ins, 2, 32)]).reshape(4, 16)
+    imm = ins.immediate(3)
+    out = [np.zeros(16, np.uint8) if imm >> (4 * h + 3) & 1 else blocks[imm >> (4 * h) & 3] for h in range(2)]
+    m.vdst(ins, np.concatenate(out), 4)
+
+
+def _shufi64x2(m: Machine, ins) -> None:
+    """VSHUFI64X2: the result's low half of 128-bit blocks picked from src1's, the high
+    half from src2's, by imm8 (1 bit a block in a ymm, 2 in a zmm)."""
+    w = m.cur.width
+    n = w // 16
+    a, b = m.vsrc(ins, 1, w).reshape(n, 16), m.vsrc(ins, 2, w).reshape(n, 16)
+    imm, bits = ins.immediate(3), n // 2
+    out = [(a if i < n // 2 else b)[imm >> (bits * i) & (n - 1)] for i in range(n)]
+    m.vdst(ins, np.concatenate(out), 8)
+
+
 def _permq(m: Machine, ins) -> None:
     w = m.cur.width
     q = m.vsrc(ins, 1, w).view(np.uint64)
@@ -920,5 +948,6 @@ _VECTOR = {
     V.VPUNPCKLWD: _binary(_unpack(False), np.uint16, 2), V.VPUNPCKHWD: _binary(_unpack(True), np.uint16, 2),
     V.VPUNPCKLDQ: _binary(_unpack(False), np.uint32, 4), V.VPUNPCKHDQ: _binary(_unpack(True), np.uint32, 4),
     V.VPUNPCKLQDQ: _binary(_unpack(False), np.uint64, 8), V.VPUNPCKHQDQ: _binary(_unpack(True), np.uint64, 8),
-    V.VINSERTI128: _inserti128, V.VINSERTI32X4: _inserti128,
+    V.VINSERTI128: _inserti128, V.VINSERTI32X4: _inserti128, V.VINSERTI64X4: _inserti256,
+    V.VPERM2I128: _perm2i128, V.VSHUFI64X2: _shufi64x2,
 }

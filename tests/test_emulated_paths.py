@@ -114,6 +114,19 @@ def test_emulated_reorder_writes_what_the_cpu_writes(emulated, problem):
     _native_then_emulated(emulated, lambda: _reorder_case("avx2", problem)[0])
 
 
+@pytest.mark.parametrize("isa", ["avx512_core_vnni", "avx2_vnni"])
+@pytest.mark.parametrize("M,N,K,src_dt,zp", [(1, 21, 100, "u8", 0), (2, 8, 36, "s8", 0), (3, 19, 64, "u8", 5),
+                                             (1, 40, 8, "s8", 3)])
+def test_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
+    """jit.gemv_kernel on both VNNI paths, emulated: the exact product (the K loop and
+    its masked tail, the compensation in the loop or in a second pass, the lanes added
+    across by VPUNPCK*, VPERM2I128 or VSHUFI64X2, a partial last block)."""
+    from tests.test_gemv import gemv_case
+
+    got, want = gemv_case(np.random.default_rng(K), isa, M, N, K, src_dt, zp, gap=3)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("k,n,nr", [(12, 64, 4), (37, 70, 3), (4, 8, 1), (32, 24, 2)])
 @pytest.mark.parametrize("columns", [False, True])
 def test_emulated_vnni_packing_writes_what_the_cpu_writes(emulated, k, n, nr, columns):
@@ -178,6 +191,17 @@ def test_matmul_every_path_emulated(emulated, isa, p):
     """test_matmul's property test (attributes, post-op chains, dst types, split weights)
     on the paths this CPU may lack."""
     p.update(M=min(p["M"], 12), K=min(p["K"], 70), N=min(p["N"], 40))  # emulation is slow
+    dst, want = _run(p, isa)
+    assert_same_bits(dst, want)
+
+
+@pytest.mark.parametrize("isa", ["avx512_core_vnni", "avx2_vnni"])
+@EMULATED
+@given(p=problems())
+def test_in_place_matmul_every_vnni_path_emulated(emulated, isa, p):
+    """The same with runtime weights as columns of K (ba) and 1-4 rows: the in-place
+    kernel's output stage (both of AVX2's, whole and partial blocks)."""
+    p.update(M=1 + p["M"] % 4, K=min(p["K"], 70), N=min(p["N"], 40), packed=False, layout="ba")
     dst, want = _run(p, isa)
     assert_same_bits(dst, want)
 

@@ -118,14 +118,15 @@ def _run(p, isa):
         bias = (rng.uniform(-50, 50, N) if p["bias"] == "f32" else rng.integers(-500, 500, N)).astype(NP[p["bias"]])
         bias_md = desc((N,), p["bias"], "a")
         args["bias"] = bias
-    pd = MatmulDesc(desc((M, K), p["src_dt"], "ab"), desc((K, N), "s8", "any" if p["packed"] else "ab"),
+    layout = p.get("layout", "ab")  # plain weights' tag: ab (rows of N) or ba (columns of K)
+    pd = MatmulDesc(desc((M, K), p["src_dt"], "ab"), desc((K, N), "s8", "any" if p["packed"] else layout),
                     desc((M, N), dst_dt, "ab"), bias_md, attr=attr, isa=isa, threads=1 + p["seed"] % 2)
     if p["packed"]:
         wmem = Memory(pd.weights_desc())
         reorder_desc(desc((K, N), "s8", "ab"), pd.weights_desc()).create().execute({"src": wei, "dst": wmem})
         args["weights"] = wmem
     else:
-        args["weights"] = wei
+        args["weights"] = wei if layout == "ab" else np.asfortranarray(wei)
     old = (rng.integers(-100, 100, (M, N)) if dst_dt != "u8" else rng.integers(0, 255, (M, N))).astype(NP[dst_dt])
     dst = old.copy()
     args.update(src=src, dst=dst)
@@ -141,6 +142,16 @@ def _run(p, isa):
 @SETTINGS
 @given(p=problems())
 def test_matmul_matches_model(isa_path, p):
+    dst, want = _run(p, isa_path)
+    assert_same_bits(dst, want)
+
+
+@SETTINGS
+@given(p=problems(), m=st.integers(1, 4))
+def test_in_place_matmul_matches_model(isa_path, p, m):
+    """Runtime weights as columns of K (tag ba) times 1-4 rows: on VNNI paths the kernel
+    that reads them in place (tests/test_gemv.py), with every attribute of the pipeline."""
+    p.update(M=m, packed=False, layout="ba")
     dst, want = _run(p, isa_path)
     assert_same_bits(dst, want)
 

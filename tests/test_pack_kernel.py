@@ -113,13 +113,14 @@ def test_runtime_weights_replay_packs_the_new_values(isa_path, shape, src_dt, zp
 
 def test_inner_product_runtime_weights(isa_path):
     """An inner product's runtime weights (OC x K rows: B as columns of K bytes, the
-    columns kernel's) packed per call, a K that is no multiple of 4, and one of 16."""
+    columns kernel's) packed per call, a K that is no multiple of 4, and one of 16 (more
+    rows than the in-place kernel takes: tests/test_gemv.py)."""
     from jit.pack_kernel import vnni_packs
 
     assert vnni_packs(np.zeros((5, 7), np.int8).T) and not vnni_packs(np.zeros((5, 7), np.int8)[:, ::2])
     _executable_vnni(isa_path)
     rng = np.random.default_rng(3)
-    for n, c, oc in ((5, 13, 19), (3, 64, 40)):
+    for n, c, oc in ((5, 13, 19), (6, 64, 40)):
         pd = InnerProductDesc(desc((n, c), "u8", "ab"), desc((oc, c), "s8", "ab"), desc((n, oc), "s32", "ab"),
                               isa=isa_path)
         prim = pd.create()

@@ -22,6 +22,8 @@ Kernels (``--list``)::
     copy   the row copy a convolution's threads fill their padded source with
     pack   the kernels that pack B for the VNNI paths (runtime weights, reorders into
            any): from rows of N bytes, 8 and 16 columns a pass, and from columns of K
+    gemv   the kernel that reads an inner product's runtime weights in place (batch
+           1-4, VNNI paths) [--a-type u8|s8] [--dst u8|s8|s32|f32] [--fused]
 
 A path the CPU lacks is generated and disassembled all the same (mapping code needs no
 CPU support); it is never executed. Examples::
@@ -51,6 +53,7 @@ KERNELS = {
     "pool": "the pooling kernel of a --window (primitives.pooling, jit.pooling_kernel)",
     "copy": "the row copy of a convolution's padded source (jit.copy_kernel)",
     "pack": "the kernels packing B for the VNNI paths, from rows and from columns (jit.pack_kernel)",
+    "gemv": "the kernel reading runtime weights in place, a few rows (jit.gemv_kernel)",
 }
 
 
@@ -85,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("stride", 1, "stride"), ("pad", 0, "padding on every side"),
                                 ("groups", 1, "groups"), ("batch", 1, "batch")):
         p.add_argument(f"--{name}", type=int, default=default, help=f"conv: {what}")
-    p.add_argument("--dst", default="u8", choices=("u8", "s8", "s32", "f32"), help="conv: dst data type")
-    p.add_argument("--fused", action="store_true", help="conv: per-channel scales, bias and relu")
+    p.add_argument("--dst", default="u8", choices=("u8", "s8", "s32", "f32"), help="conv/gemv: dst data type")
+    p.add_argument("--fused", action="store_true", help="conv/gemv: per-channel scales, bias and relu")
     p.add_argument("--alg", default="max", choices=("max", "avg_include_padding", "avg_exclude_padding"),
                    help="pool: algorithm")
     p.add_argument("--syntax", default="intel", choices=("intel", "att"), help="assembly syntax")
@@ -258,6 +261,29 @@ def _pack(args, isa: str):
     return [f"B packed for the VNNI paths ({ISA} code: every ISA path runs it)"], kernels
 
 
+def _gemv(args, isa: str):
+    """The in-place kernel of a batch-1 inner product 2048 -> 1000 with plain weights on
+    ``isa`` (its output stage from a descriptor on the CPU's own ISA where it lacks ``isa``)."""
+    from jit.dot import fast_path
+    from jit.gemv_kernel import gemv_kernel
+    from primitives.attr import Attr, PostOps
+    from primitives.matmul import InnerProductDesc
+    from primitives.memory import desc
+    from runtime.isa import cpu_supports, effective_isa
+
+    path = fast_path(isa)
+    if path.kind != "vnni":
+        raise UsageError(f"gemv: {isa} has no VPDPBUSD; runtime weights are packed there (try --isa "
+                         "avx512_core_vnni or avx2_vnni)")
+    attr = Attr(scales={"src": 0, "weights": 1}, post_ops=PostOps().eltwise("relu")) if args.fused else Attr()
+    pd = InnerProductDesc(desc((1, 2048), args.a_type, "ab"), desc((1000, 2048), "s8", "ab"),
+                          desc((1, 1000), args.dst, "ab"), desc((1000,), "f32", "a") if args.fused else None,
+                          attr=attr, isa=isa if cpu_supports(isa) else effective_isa())
+    kernel = gemv_kernel(path, pd.src_s8, pd.output.col_comp, pd.output)
+    return [f"inner product 1x2048 -> 1000, {args.a_type} -> {args.dst}, weights read in place: "
+            f"{kernel.meta['gemv']}"], [kernel]
+
+
 def render(kernels, header: Sequence[str], syntax: str = "intel") -> str:
     """The listing: a comment header, then per kernel its name, size and instructions."""
     from jit.disasm import disassemble
@@ -285,7 +311,7 @@ def run(argv: Sequence[str] | None = None, out=None) -> int:
         raise UsageError(f"unknown kernel {args.kernel!r}; expected one of {', '.join(KERNELS)}")
     isa = _isa(args.isa)
     header, kernels = {"demo": _demo, "peak": _peak, "gemm": _gemm, "conv": _conv, "pool": _pool,
-                       "copy": _copy, "pack": _pack}[args.kernel](args, isa)
+                       "copy": _copy, "pack": _pack, "gemv": _gemv}[args.kernel](args, isa)
     text = render(kernels, header, args.syntax)
     if args.output:
         with open(args.output, "w") as f:

@@ -1,0 +1,88 @@
+"""Calling the in-place kernel (``jit.gemv_kernel``): a few rows of A times weights
+given as columns of K bytes, unpacked, at every call.
+
+:class:`GemvPlan` holds one argument struct per thread (a range of whole column blocks),
+made once; :meth:`GemvPlan.run` points them at this call's A, weights and dst and makes
+one kernel call per thread.
+
+Example::
+
+    >>> import numpy as np
+    >>> from jit.dot import fast_path
+    >>> from jit.gemv_kernel import gemv_kernel
+    >>> from jit.output import OutputSpec
+    >>> from primitives.gemm_driver import OutputArgs
+    >>> from runtime.isa import cpu_supports
+    >>> a = np.arange(6, dtype=np.uint8).reshape(1, 6)
+    >>> w_nk = np.ones((3, 6), np.int8)  # 3 columns of K = 6 bytes (w_nk.T: the K x N view)
+    >>> c = np.zeros((1, 3), np.int32)
+    >>> if cpu_supports("avx512_core_vnni"):
+    ...     kernel = gemv_kernel(fast_path("avx512_core_vnni"), False, False, OutputSpec(col_comp=False))
+    ...     GemvPlan(kernel, 1, 3, 6, 6, 6, 12, OutputArgs(col_comp=None), 1).run(a, w_nk.T, c)
+    ...     assert c.tolist() == [[15, 15, 15]]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jit.gemv_kernel import args_offsets, takes
+from primitives.gemm_driver import SMALL_WORK, OutputArgs, set_output_args
+from runtime.ffi import ffi, pointer_to
+from runtime.pool import CallPlan
+from runtime.threads import split
+
+# Rows of A up to which reading the weights in place beats packing them (each row reads
+# every weight column again, from L1/L2): measured below (docs/performance.md).
+MAX_ROWS = 4
+
+
+def runs_in_place(path, rows: int, k: int) -> bool:
+    """Whether a product of ``rows`` rows with weights of K = ``k`` given as columns of
+    contiguous bytes (an OC x K inner product's, a ``ba`` matmul's) runs in place."""
+    return rows <= MAX_ROWS and takes(path, k)
+
+
+def columns_view(w_kn: np.ndarray) -> bool:
+    """Whether the K x N view ``w_kn`` holds each column's K bytes contiguously."""
+    return w_kn.shape[0] == 1 or w_kn.strides[0] == 1
+
+
+class GemvPlan:
+    """The per-thread structs of an ``M x N x K`` product (A rows ``lda`` bytes apart,
+    weight columns ``ldw`` apart, dst rows ``ldc_bytes`` apart), made once."""
+
+    def __init__(self, kernel, M: int, N: int, K: int, lda: int, ldw: int, ldc_bytes: int, out: OutputArgs,
+                 threads: int) -> None:
+        spec = kernel.meta["gemv"]
+        self.kernel, self.out = kernel, out
+        vb, lanes = spec.path.vector_bytes, spec.lanes
+        if spec.path.bits == 256 and K % 4:
+            raise RuntimeError(f"internal: {spec.name} takes K % 4 == 0, not K={K}")
+        whole, tail = K // vb * vb, K % vb
+        blocks = -(-N // lanes)
+        threads = 1 if M * N * K < SMALL_WORK else threads
+        dst_bytes = spec.output.dst_bytes
+        self.structs, self.offsets, self.chunks = [], [], []
+        for b0, b1 in split(blocks, threads):
+            c0, c1 = b0 * lanes, min(N, b1 * lanes)
+            s = ffi.new("struct i8j_gemv_args *")
+            s.lda, s.ldw, s.ldc, s.m, s.n = lda, ldw, ldc_bytes, M, c1 - c0
+            s.k_bytes, s.k_tail, s.tail_bytes = whole, tail, (1 << tail) - 1
+            for i in range(8):
+                s.tail_dwords[i] = -1 if 4 * i < tail else 0
+            set_output_args(s, out, c0, 0)
+            self.structs.append(s)
+            self.offsets.append((c0 * ldw, c0 * dst_bytes))
+            self.chunks.append((c0, 0))
+        args_offsets()
+        self.calls = CallPlan([[(kernel.function, s)] for s in self.structs])
+
+    def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, ao: int = 0) -> None:
+        """One kernel call per thread on this call's arrays (``w``: its first byte is the
+        first column's first) and compensation factor ``ao`` (the source's zero point, +
+        128 for s8: the kernel subtracts ``ao`` times each column's sum)."""
+        a_ptr, w_ptr, c_ptr = pointer_to(a), pointer_to(w), pointer_to(dst)
+        ao = (ao + 2**31) % 2**32 - 2**31  # (wraps, as the kernel's sums do)
+        for s, (w_off, c_off) in zip(self.structs, self.offsets):
+            s.a, s.w, s.c, s.ao = a_ptr, w_ptr + w_off, c_ptr + c_off, ao
+        self.calls.run()

@@ -1,0 +1,169 @@
+"""jit.gemv_kernel: a few rows of A times runtime weights read in place (columns of K
+contiguous bytes), and the matmuls and inner products that run it instead of packing.
+
+The kernel is held to the exact int32 product (VPDPBUSD cannot saturate; the s8 and
+zero-point compensation are the column sums it adds itself) over random shapes, column
+strides, sources, zero points and thread counts; to memory bounds by guard pages; and the
+primitives that choose it to the whole pipeline's model (tests/test_matmul.py's).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jit.dot import fast_path
+from jit.gemv_kernel import GemvSpec, gemv_kernel, takes
+from jit.output import OutputSpec
+from primitives.attr import Attr
+from primitives.gemm_driver import OutputArgs
+from primitives.gemv_driver import MAX_ROWS, GemvPlan
+from primitives.matmul import InnerProductDesc, MatmulDesc
+from primitives.memory import desc
+from primitives.reference import wrap_int32
+from tests.conftest import skip_reason
+
+VNNI = [pytest.param(isa, id=isa, marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
+        for isa in ("avx512_core_vnni", "avx2_vnni")]
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def gemv_case(rng, isa: str, M: int, N: int, K: int, src_dt: str, zp: int, gap: int):
+    """A, the weights as N columns of K bytes ``K + gap`` apart (the K x N view), the
+    exact int32 product and the kernel's output: (got, want)."""
+    s8 = src_dt == "s8"
+    a = rng.integers(-128 if s8 else 0, 128 if s8 else 256, (M, K)).astype(np.int8 if s8 else np.uint8)
+    w_nk = rng.integers(-128, 128, (N, K + gap)).astype(np.int8)[:, :K]
+    comp = s8 or zp != 0
+    kernel = gemv_kernel(fast_path(isa), s8, comp, OutputSpec(col_comp=False))
+    c = np.zeros((M, N), np.int32)
+    threads = 1 + int(rng.integers(0, 3))
+    plan = GemvPlan(kernel, M, N, K, K, w_nk.strides[0], 4 * N, OutputArgs(col_comp=None), threads)
+    plan.run(a, w_nk.T, c, zp + (128 if s8 else 0))
+    want = wrap_int32((a.astype(np.int64) - zp) @ w_nk.T.astype(np.int64))
+    return c, want
+
+
+@pytest.mark.parametrize("isa", VNNI)
+@SETTINGS
+@given(M=st.integers(1, 5), N=st.integers(1, 70), K=st.integers(1, 300), src_dt=st.sampled_from(["u8", "s8"]),
+       zp=st.sampled_from([0, 0, 3, -7, 300]), gap=st.sampled_from([0, 5]), seed=st.integers(0, 2**31))
+def test_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed):
+    """Every output of the kernel is the exact int32 sum of (A - zp) * W over K: any K
+    (whole vectors, a masked tail, K below one vector; AVX2 whole dwords), any N (a
+    partial last block of 16 or 8 columns, an AVX-512 block's second half absent), column
+    strides beyond K, u8 or s8 sources, zero points (the compensation), 1-3 threads."""
+    if not takes(fast_path(isa), K):
+        K = -(-K // 4) * 4
+    got, want = gemv_case(np.random.default_rng(seed), isa, M, N, K, src_dt, zp, gap)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("isa", VNNI)
+@pytest.mark.parametrize("K,N", [(64, 16), (100, 21), (36, 8), (7, 3)])
+def test_reads_only_its_buffers(guarded, isa, K, N):
+    """A's last row and the weights' last column end against guard pages (K tail masked,
+    the partial block's missing columns read as the last one), and dst's last row too:
+    no read or write past them."""
+    path = fast_path(isa)
+    if not takes(path, K):
+        pytest.skip(f"{isa} takes K % 4 == 0")
+    rng = np.random.default_rng(K)
+    M = 2
+    a = guarded(M * K, np.uint8, "end").reshape(M, K)
+    a[...] = rng.integers(0, 256, (M, K))
+    w_nk = guarded(N * K, np.int8, "end").reshape(N, K)
+    w_nk[...] = rng.integers(-128, 128, (N, K))
+    c = guarded(M * N, np.int8, "end").reshape(M, N)
+    kernel = gemv_kernel(path, False, True, OutputSpec(col_comp=False, float_mode=True, dst_dt="s8"))
+    GemvPlan(kernel, M, N, K, K, K, N, OutputArgs(col_comp=None), 1).run(a, w_nk.T, c, 5)
+    exact = (a.astype(np.int64) - 5) @ w_nk.T.astype(np.int64)
+    np.testing.assert_array_equal(c, np.clip(exact, -128, 127))
+
+
+def test_spec_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="^path: avx2:maddubsw"):
+        GemvSpec(fast_path("avx2"), False, False, OutputSpec(col_comp=False))
+    with pytest.raises(ValueError, match="^output: col_comp and row_comp off"):
+        GemvSpec(fast_path("avx512_core_vnni"), False, False, OutputSpec())
+    assert takes(fast_path("avx512_core_vnni"), 7) and not takes(fast_path("avx2_vnni"), 7)
+    assert takes(fast_path("avx2_vnni"), 8) and not takes(fast_path("avx512_core"), 8)
+
+
+def _ip(isa, M, K, N, src_dt="u8", zp=None, dst_dt="s32"):
+    attr = Attr(zero_points={"src": 0} if zp is not None else None)
+    return InnerProductDesc(desc((M, K), src_dt, "ab"), desc((N, K), "s8", "ab"), desc((M, N), dst_dt, "ab"),
+                            attr=attr, isa=isa)
+
+
+@pytest.mark.parametrize("src_dt,zp", [("u8", None), ("u8", 3), ("s8", None), ("s8", -2)])
+def test_inner_product_reads_runtime_weights_in_place(isa_path, src_dt, zp, monkeypatch):
+    """An inner product at batch 1-4 with plain weights: on a VNNI path the in-place
+    kernel runs (impl_info says so; nothing is packed) and a call with new values in the
+    same arrays replays without a set-up; bind() repeats it; the results are exact (on
+    every path: elsewhere the weights are packed per call)."""
+    rng = np.random.default_rng(7)
+    lo = -128 if src_dt == "s8" else 0
+    for M, K, N in ((1, 2048 // 16, 1000 // 16), (3, 68, 19), (MAX_ROWS, 16, 40)):
+        pd = _ip(isa_path, M, K, N, src_dt, zp)
+        in_place = isa_path.endswith("vnni")
+        assert ("runtime_weights" in pd.impl_info()) is in_place
+        prim = pd.create()
+        x = rng.integers(lo, lo + 256, (M, K)).astype(np.int8 if src_dt == "s8" else np.uint8)
+        w = rng.integers(-128, 128, (N, K)).astype(np.int8)
+        y = np.zeros((M, N), np.int32)
+        args = {"src": x, "weights": w, "dst": y}
+        if zp is not None:
+            args["zero_points:src"] = np.int32([zp])
+        if in_place:
+            monkeypatch.setattr(type(prim), "_weights", lambda *_: pytest.fail("weights packed"))
+        prim.execute(args)
+        np.testing.assert_array_equal(y, (x.astype(np.int64) - (zp or 0)) @ w.T.astype(np.int64))
+        run = prim.bind(args)
+        for _ in range(2):
+            x[...] = rng.integers(lo, lo + 256, x.shape)
+            w[...] = rng.integers(-128, 128, w.shape)
+            with monkeypatch.context() as m:
+                if in_place:  # (elsewhere the values decide the kernel: every call sets up)
+                    m.setattr(prim, "_execute", lambda *_: pytest.fail("_execute ran: the replay was not taken"))
+                prim.execute(args)
+                np.testing.assert_array_equal(y, (x.astype(np.int64) - (zp or 0)) @ w.T.astype(np.int64))
+                y[...] = 0
+                run()
+            np.testing.assert_array_equal(y, (x.astype(np.int64) - (zp or 0)) @ w.T.astype(np.int64))
+        monkeypatch.undo()
+
+
+def test_what_still_packs(isa_path):
+    """More rows than MAX_ROWS, weights as rows of N (a matmul's ab), weights packed once
+    through any, and on AVX2 a K that is no multiple of 4: no in-place kernel."""
+    assert "runtime_weights" not in _ip(isa_path, MAX_ROWS + 1, 64, 16).impl_info()
+    ab = MatmulDesc(desc((1, 64), "u8", "ab"), desc((64, 16), "s8", "ab"), desc((1, 16), "s32", "ab"), isa=isa_path)
+    assert "runtime_weights" not in ab.impl_info()
+    packed = _ip(isa_path, 1, 64, 16)
+    assert "runtime_weights" not in InnerProductDesc(packed.src_desc(), desc((16, 64), "s8", "any"),
+                                                    packed.dst_desc(), isa=isa_path).impl_info()
+    odd = _ip(isa_path, 1, 66, 16)
+    assert ("runtime_weights" in odd.impl_info()) is (isa_path == "avx512_core_vnni")
+
+
+def test_batched_attention_scores(isa_path):
+    """Attention at decode: one query row per head times that head's keys, given as a
+    ``acb`` (items x K x N, K contiguous: the keys' rows) batch of runtime weights; every
+    head its own weights, in place, s8 query, exact; then a replay with new keys."""
+    rng = np.random.default_rng(11)
+    heads, d, seq = 12, 64, 77
+    q = rng.integers(-128, 128, (heads, 1, d)).astype(np.int8)
+    keys = rng.integers(-128, 128, (heads, seq, d)).astype(np.int8)
+    pd = MatmulDesc(desc((heads, 1, d), "s8", "abc"), desc((heads, d, seq), "s8", "acb"),
+                    desc((heads, 1, seq), "s32", "abc"), isa=isa_path)
+    assert ("runtime_weights" in pd.impl_info()) is isa_path.endswith("vnni")
+    prim = pd.create()
+    scores = np.zeros((heads, 1, seq), np.int32)
+    args = {"src": q, "weights": keys.transpose(0, 2, 1), "dst": scores}
+    for _ in range(2):
+        prim.execute(args)
+        np.testing.assert_array_equal(scores, q.astype(np.int64) @ keys.transpose(0, 2, 1).astype(np.int64))
+        keys[...] = rng.integers(-128, 128, keys.shape)
+    assert (prim._replay_for(args) is not None) is isa_path.endswith("vnni")
