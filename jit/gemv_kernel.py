@@ -26,6 +26,22 @@ come from the same loads (AVX-512: in the K loop) or from a second pass over the
 block's columns (AVX2, whose 16 registers do not hold both sets); it is exact, as the
 whole product is (VPDPBUSD does not saturate).
 
+**Rows of N** (``layout="rows"``: a matmul's ``ab`` weights, K x N, ``ldw`` bytes
+between rows): the four rows of a K group interleaved in registers, as the packing
+kernel stores them, and every row of A (``rows``, 1-4: the code holds them all) takes
+them at once::
+
+    for each block of 4 vectors of columns (64 on AVX-512, 32 on AVX2):
+        for each group of 4 rows of the weights (then the last 1-3, the rest zero):
+            4 loads (masked past N), VPUNPCKL/HBW then VPUNPCKL/HWD: 4 vectors whose
+            dwords are 4 columns' 4 K values (per 128 bits: columns 0-3, 4-7, 8-11, 12-15)
+            acc[i][g] += VPDPBUSD(A row i's 4 bytes broadcast, vector g); sums[g] likewise by ones
+        acc[i][g] -= ao * sums[g]; the 128-bit blocks put back in column order
+        output stage on the rows x 4 vectors
+
+AVX2 reads the block's last partial dword of a row with VPMASKMOVD, so that path takes
+N % 4 == 0 only.
+
 Example::
 
     >>> import numpy as np
@@ -33,12 +49,14 @@ Example::
     ...                 output=OutputSpec(col_comp=False))
     >>> generate(spec).name
     'gemv_u8s8s32_avx512_core_vnni'
+    >>> generate(replace(spec, layout="rows", rows=2)).name
+    'gemv_rows2_u8s8s32_avx512_core_vnni'
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from jit.dot import Path, emit_bytes, fast_path, vector_register
+from jit.dot import Path, emit_bytes, fast_path, vector_constant, vector_register
 from jit.output import OUTPUT_FIELDS, OutputContext, OutputSpec, args_cdef_fields, emit_output
 
 ARGS_CDEF = """
@@ -47,8 +65,8 @@ struct i8j_gemv_args {
     void *w; int64_t ldw;                 /* s8 columns of K bytes, ldw bytes apart */
     void *c; int64_t ldc;                 /* dst rows */
     int64_t m; int64_t n;
-    int64_t k_bytes;                      /* K in whole vectors, bytes */
-    int64_t k_tail;                       /* K mod the vector bytes (0: no tail) */
+    int64_t k_main;                       /* columns: K's whole vectors, bytes; rows: K groups of 4 */
+    int64_t k_tail;                       /* columns: K mod the vector bytes; rows: K mod 4 (0: none) */
     uint64_t tail_bytes;                  /* AVX-512: the tail's byte mask */
     int32_t tail_dwords[8];               /* AVX2: the tail's dword mask (-1 valid, 0 not) */
     int32_t ao; int32_t pad;              /* the compensation's factor (zero point, + 128 for s8) */
@@ -57,9 +75,10 @@ struct i8j_gemv_args {
 };
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_gemv_args *)"
-FIELDS = ("a", "lda", "w", "ldw", "c", "ldc", "m", "n", "k_bytes", "k_tail", "tail_bytes", "tail_dwords", "ao",
+FIELDS = ("a", "lda", "w", "ldw", "c", "ldc", "m", "n", "k_main", "k_tail", "tail_bytes", "tail_dwords", "ao",
           "a_cur", "c_cur", "w_cur", "m_left") + OUTPUT_FIELDS
-HALF = 8  # columns a K loop carries
+HALF = 8  # columns a K loop of the columns kernel carries
+MAX_ROWS = 4  # rows of A the rows kernel holds
 
 
 def args_offsets() -> dict[str, int]:
@@ -79,36 +98,62 @@ class GemvSpec:
     s8_src: bool
     comp: bool
     output: OutputSpec
+    layout: str = "columns"  # "columns" (K contiguous per column) or "rows" (N contiguous per row)
+    rows: int = 1  # the rows kernel's rows of A (every call's m); the columns kernel loops over any m
 
     def __post_init__(self):
         if self.path.kind != "vnni":
-            raise ValueError(f"path: {self.path.name}; the in-place kernel runs VPDPBUSD (vnni) paths only")
+            raise ValueError(f"path: {self.path.name}; the in-place kernels run VPDPBUSD (vnni) paths only")
         if self.output.col_comp or self.output.row_comp:
             raise ValueError("output: col_comp and row_comp off (the kernel subtracts its own compensation)")
+        if self.layout not in ("columns", "rows"):
+            raise ValueError(f"layout: expected 'columns' or 'rows', got {self.layout!r}")
+        most = rows_max(self.path, self.comp, self.output)
+        if self.layout == "rows" and not 1 <= self.rows <= most:
+            raise ValueError(f"rows: the rows kernel of {self.path.name} holds 1..{most} rows of A, not {self.rows}")
 
     @property
     def lanes(self) -> int:
-        """Columns a block (one output vector)."""
-        return self.path.lanes
+        """Columns a block: one output vector (columns), or four (rows)."""
+        return self.path.lanes * (4 if self.layout == "rows" else 1)
 
     @property
     def name(self) -> str:
         src = "s8" if self.s8_src else "u8"
         comp = "_comp" if self.comp else ""
-        return f"gemv_{src}s8{self.output.dst_dt}_{self.path.isa}{comp}"
+        rows = f"rows{self.rows}_" if self.layout == "rows" else ""
+        return f"gemv_{rows}{src}s8{self.output.dst_dt}_{self.path.isa}{comp}"
 
 
-def takes(path: Path, k: int) -> bool:
-    """Whether the kernel of ``path`` runs a K of ``k`` (AVX2: whole dwords, see above)."""
-    return path.kind == "vnni" and (path.bits == 512 or k % 4 == 0)
+def rows_max(path: Path, comp: bool, output: OutputSpec) -> int:
+    """Rows of A the rows kernel of ``path`` holds (4 accumulators each) beside its
+    loop's registers (4 weight vectors, 2 temporaries, A's broadcast; with compensation
+    the sums, ones and 0x80) and the output stage's."""
+    from jit.output import output_registers_needed
+
+    loop = 4 + 2 + 1 + (6 if comp else 0)
+    stage = output_registers_needed(path, replace(output, col_comp=False), 4)
+    return max(0, min(MAX_ROWS, (path.registers - max(loop, stage)) // 4))
 
 
-def gemv_kernel(path: Path, s8_src: bool, comp: bool, output: OutputSpec):
-    """The kernel from the caches (generated on a miss), its spec in ``meta["spec"]``."""
+def takes(path: Path, k: int, n: int | None = None, rows: int = 1, comp: bool = False,
+          output: OutputSpec | None = None) -> bool:
+    """Whether an in-place kernel of ``path`` runs this product: columns of K (``n``
+    None) for any K on AVX-512, whole dwords on AVX2; rows of N for as many ``rows`` as
+    the kernel holds, any N on AVX-512, whole dwords on AVX2."""
+    if path.kind != "vnni":
+        return False
+    if n is None:
+        return path.bits == 512 or k % 4 == 0
+    return (path.bits == 512 or n % 4 == 0) and rows <= rows_max(path, comp, output or OutputSpec(col_comp=False))
+
+
+def gemv_kernel(path: Path, s8_src: bool, comp: bool, output: OutputSpec, layout: str = "columns", rows: int = 1):
+    """The kernel from the caches (generated on a miss), its spec in ``meta["gemv"]``."""
     from jit import cache
 
     args_offsets()  # declares the struct for callers
-    spec = GemvSpec(path, s8_src, comp, replace(output, col_comp=False))
+    spec = GemvSpec(path, s8_src, comp, replace(output, col_comp=False), layout, rows if layout == "rows" else 1)
     kernel = cache.get_kernel(("gemv", spec), lambda: generate(spec))
     kernel.meta["gemv"] = spec
     return kernel
@@ -120,7 +165,8 @@ def generate(spec: GemvSpec):
     from jit.build import generate as build
 
     argument = asm.Argument(asm.ptr(asm.uint8_t), "args")
-    return build(spec.name, spec.path.isa, SIGNATURE, (argument,), lambda: _emit(spec, argument),
+    emit = _emit_rows if spec.layout == "rows" else _emit
+    return build(spec.name, spec.path.isa, SIGNATURE, (argument,), lambda: emit(spec, argument),
                  meta={"spec": repr(spec)})
 
 
@@ -184,7 +230,7 @@ def _emit(spec: GemvSpec, argument) -> None:
             ADD(ptrs[j], rbp)
             CMP(r13, HALF * half + j)  # column j of the half is past the end: the one before
             asm.CMOVBE(ptrs[j], ptrs[j - 1])
-        MOV(rsi, A("k_bytes"))
+        MOV(rsi, A("k_main"))
         for p in ptrs:
             ADD(p, rsi)
         MOV(r12, A("a_cur"))
@@ -329,4 +375,209 @@ def _emit(spec: GemvSpec, argument) -> None:
     asm.RETURN()
 
 
-__all__ = ["GemvSpec", "gemv_kernel", "generate", "takes", "fast_path"]
+__all__ = ["GemvSpec", "gemv_kernel", "generate", "rows_max", "takes", "fast_path"]
+
+
+def _emit_rows(spec: GemvSpec, argument) -> None:
+    """The rows kernel (see the module docstring): every row of A at once, blocks of 4
+    vectors of columns."""
+    from jit import asm
+    from jit.asm import (ADD, CMP, DEC, JE, JG, JNZ, JZ, LABEL, LEA, MOV, SHL, SHR, TEST, XOR, Label, rax, rbp,
+                         rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14, r15)
+
+    path, rows = spec.path, spec.rows
+    off = args_offsets()
+    A = lambda f: [rdi + off[f]]  # noqa: E731
+    wide = path.bits == 512
+    vb = path.vector_bytes
+    block = vb  # columns a block: a vector of each weight row's bytes, 4 output vectors
+    V = lambda i: vector_register(path, i)  # noqa: E731
+    acc = [[V(4 * i + g) for g in range(4)] for i in range(rows)]
+    nxt = 4 * rows
+    r = [V(nxt + j) for j in range(4)]  # the group's 4 weight rows, then its 4 column vectors
+    t0, t1, x = V(nxt + 4), V(nxt + 5), V(nxt + 6)
+    nxt += 7
+    dmask = None
+    if not wide:
+        dmask, nxt = V(nxt), nxt + 1
+    c80 = sums = ones = None
+    if spec.comp:
+        sums, ones, c80 = [V(nxt + g) for g in range(4)], V(nxt + 4), V(nxt + 5)
+    xrows = [r8, r9, r10, r11][:rows]  # A's rows, at the group's 4 bytes
+    kmask = asm.KRegister(physical_id=2)  # (the output stage's masks are k1..k4)
+
+    def zero(v):
+        (asm.VPXORD if wide else asm.VPXOR)(v, v, v)
+
+    asm.LOAD.ARGUMENT(rdi, argument)
+    done = Label()
+    CMP(asm.qword[A("n")[0]], 0)
+    JZ(done)
+    if spec.comp:
+        MOV(rax.as_dword, 0x01010101)
+        asm.VMOVD(ones.as_xmm, rax.as_dword)
+        asm.VPBROADCASTD(ones, ones.as_xmm)
+        if spec.s8_src:
+            emit_bytes(path, c80, 0x80, rax)
+    MOV(rax, A("w"))
+    MOV(A("w_cur"), rax)
+    MOV(r13, A("n"))  # columns left, from the block's first
+    XOR(r14.as_dword, r14.as_dword)  # the block's first column * 4 (the output stage's)
+    XOR(r15.as_dword, r15.as_dword)  # the block's first row * 4: every block has all rows
+
+    def load(reg, address) -> None:
+        """A row's block of weight bytes, zero past N."""
+        if wide:
+            asm.VMOVDQU8(reg(kmask.z), address)
+        else:
+            asm.VPMASKMOVD(reg, dmask, address)
+
+    def group() -> None:
+        """The loaded rows r[0..3] interleaved into 4 vectors of column dwords, each times
+        every row of A's 4 bytes (broadcast; x, loaded by the caller for row 0 alone ...)."""
+        asm.VPUNPCKLBW(t0, r[0], r[1])  # per 128 bits: (row 0, row 1) byte pairs of columns 0-7
+        asm.VPUNPCKHBW(r[0], r[0], r[1])  # columns 8-15
+        asm.VPUNPCKLBW(t1, r[2], r[3])
+        asm.VPUNPCKHBW(r[2], r[2], r[3])
+        asm.VPUNPCKLWD(r[1], t0, t1)  # columns 0-3: their 4 rows' bytes in a dword each
+        asm.VPUNPCKHWD(t0, t0, t1)  # columns 4-7
+        asm.VPUNPCKLWD(r[3], r[0], r[2])  # 8-11
+        asm.VPUNPCKHWD(r[0], r[0], r[2])  # 12-15
+
+    columns = lambda: [r[1], t0, r[3], r[0]]  # noqa: E731 (the group's vectors, in column order per 128 bits)
+
+    def products(source) -> None:
+        """acc[i][g] += dot(A row i's 4 bytes, vector g); ``source(i)`` fills x with them."""
+        for i in range(rows):
+            source(i)
+            if spec.s8_src:
+                (asm.VPXORD if wide else asm.VPXOR)(x, x, c80)
+            for a, v in zip(acc[i], columns()):
+                asm.VPDPBUSD(a, x, v, vex=path.vex)
+        if spec.comp:
+            for s, v in zip(sums, columns()):
+                asm.VPDPBUSD(s, ones, v, vex=path.vex)
+
+    def whole_dword(i) -> None:
+        asm.VPBROADCASTD(x, asm.dword[xrows[i]])
+
+    def tail_bytes(i) -> None:
+        """A row's last K % 4 bytes (rcx of them), no byte past them read; zeros above."""
+        have = Label()
+        asm.MOVZX(rax.as_dword, asm.byte[xrows[i]])
+        for j in (1, 2):
+            CMP(rcx, j)
+            JE(have)
+            asm.MOVZX(rbp.as_dword, asm.byte[xrows[i] + j])
+            SHL(rbp.as_dword, 8 * j)
+            asm.OR(rax.as_dword, rbp.as_dword)
+        LABEL(have)
+        asm.VMOVD(x.as_xmm, rax.as_dword)
+        asm.VPBROADCASTD(x, x.as_xmm)
+
+    blk, loop, tail, end = Label(), Label(), Label(), Label()
+    LABEL(blk)
+    MOV(rcx, block)  # this block's columns: a mask of min(n_left, block)
+    CMP(r13, rcx)
+    asm.CMOVB(rcx, r13)
+    if wide:
+        MOV(rax, -1)
+        asm.BZHI(rax, rax, rcx)
+        asm.KMOVQ(kmask, rax)
+    else:
+        SHR(rcx, 2)  # (whole dwords: N % 4 == 0)
+        asm.VMOVD(dmask.as_xmm, rcx.as_dword)
+        asm.VPBROADCASTD(dmask, dmask.as_xmm)
+        asm.VPCMPGTD(dmask, dmask, vector_constant(path, range(path.lanes), "gemv_iota"))
+    for row in acc:
+        for a in row:
+            zero(a)
+    for s in sums or ():
+        zero(s)
+    MOV(rsi, A("w_cur"))
+    MOV(rdx, A("ldw"))
+    LEA(rbx, [rdx + rdx * 2])
+    MOV(r8, A("a"))
+    for i in range(1, rows):
+        MOV(xrows[i], xrows[i - 1])
+        ADD(xrows[i], A("lda"))
+    MOV(rcx, A("k_main"))
+    TEST(rcx, rcx)
+    JZ(tail)
+    LABEL(loop)
+    for j, address in enumerate(([rsi], [rsi + rdx * 1], [rsi + rdx * 2], [rsi + rbx * 1])):
+        load(r[j], address)
+    group()
+    products(whole_dword)
+    LEA(rsi, [rsi + rdx * 4])
+    for p in xrows:
+        ADD(p, 4)
+    DEC(rcx)
+    JNZ(loop)
+    LABEL(tail)  # the last 1-3 rows of the weights (rcx of them), the missing ones zero
+    MOV(rcx, A("k_tail"))
+    TEST(rcx, rcx)
+    JZ(end)
+    loaded = Label()
+    for j in range(1, 4):
+        zero(r[j])
+    load(r[0], [rsi])
+    for j, address in ((1, [rsi + rdx * 1]), (2, [rsi + rdx * 2])):
+        CMP(rcx, j)
+        JE(loaded)
+        load(r[j], address)
+    LABEL(loaded)
+    group()
+    products(tail_bytes)
+    LABEL(end)
+    if spec.comp:  # acc -= ao * sums, lane by lane
+        asm.VPBROADCASTD(x, asm.dword[A("ao")[0]])
+        for s in sums:
+            asm.VPMULLD(s, s, x)
+        for row in acc:
+            for a, s in zip(row, sums):
+                asm.VPSUBD(a, a, s)
+    # The 128-bit blocks back in column order: block b of vector g holds columns
+    # b*16 + 4g .. + 3 (per 128 bits, as the unpacks left them).
+    outs = []
+    for a in acc:
+        if wide:  # a 4 x 4 transpose of 128-bit blocks
+            t = [r[0], r[1], r[2], r[3]]
+            asm.VSHUFI64X2(t[0], a[0], a[1], 0x44)  # a0.b0 a0.b1 a1.b0 a1.b1
+            asm.VSHUFI64X2(t[1], a[0], a[1], 0xEE)  # a0.b2 a0.b3 a1.b2 a1.b3
+            asm.VSHUFI64X2(t[2], a[2], a[3], 0x44)
+            asm.VSHUFI64X2(t[3], a[2], a[3], 0xEE)
+            asm.VSHUFI64X2(a[0], t[0], t[2], 0x88)  # the b0s: columns 0-15
+            asm.VSHUFI64X2(a[1], t[0], t[2], 0xDD)  # the b1s: 16-31
+            asm.VSHUFI64X2(a[2], t[1], t[3], 0x88)
+            asm.VSHUFI64X2(a[3], t[1], t[3], 0xDD)
+            outs.append(list(a))
+        else:  # columns 0-7 are a0.low a1.low; 8-15 a2.low a3.low; then the highs
+            asm.VPERM2I128(t0, a[0], a[1], 0x20)
+            asm.VPERM2I128(a[1], a[0], a[1], 0x31)
+            asm.VMOVDQA(a[0], t0)
+            asm.VPERM2I128(t0, a[2], a[3], 0x20)
+            asm.VPERM2I128(a[3], a[2], a[3], 0x31)
+            asm.VMOVDQA(a[2], t0)
+            outs.append([a[0], a[2], a[1], a[3]])
+    MOV(r12, A("c"))
+    MOV(rax, r14)
+    if spec.output.dst_bytes == 1:
+        SHR(rax, 2)
+    ADD(r12, rax)
+    MOV(rbp, A("ldc"))
+    LEA(r11, [rbp + rbp * 2])
+    ADD(r11, r12)
+    bases = [r12, r12 + rbp * 1, r12 + rbp * 2, r11]
+    live = {v.physical_id for row in outs for v in row}
+    free = [V(i) for i in range(path.registers) if i not in live]
+    ctx = OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
+                        n_left=r13, c_row=lambda i: bases[i], free_vectors=free, free_gprs=[rax, rbx, rcx, rdx])
+    emit_output(ctx, outs, rows, 4)
+    ADD(asm.qword[A("w_cur")[0]], block)
+    ADD(r14, 4 * block)
+    asm.SUB(r13, block)
+    JG(blk)
+    LABEL(done)
+    asm.VZEROUPPER()
+    asm.RETURN()

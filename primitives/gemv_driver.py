@@ -31,34 +31,39 @@ from runtime.ffi import ffi, pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import split
 
-# Rows of A up to which reading the weights in place beats packing them (each row reads
-# every weight column again, from L1/L2): measured below (docs/performance.md).
+# Rows of A up to which reading the weights in place beats packing them (the columns
+# kernel reads every weight column again for each row, from L1/L2; the rows kernel holds
+# at most 4): docs/performance.md.
 MAX_ROWS = 4
 
 
-def runs_in_place(path, rows: int, k: int) -> bool:
-    """Whether a product of ``rows`` rows with weights of K = ``k`` given as columns of
-    contiguous bytes (an OC x K inner product's, a ``ba`` matmul's) runs in place."""
-    return rows <= MAX_ROWS and takes(path, k)
+def runs_in_place(path, rows: int, k: int, n: int | None = None, comp: bool = False, output=None) -> bool:
+    """Whether a product of ``rows`` rows with weights of K = ``k`` runs in place: given
+    as columns of contiguous K bytes (``n`` None: an OC x K inner product's, a ``ba``
+    matmul's), or as rows of ``n`` contiguous bytes (an ``ab`` matmul's)."""
+    return rows <= MAX_ROWS and takes(path, k, n, rows, comp, output)
 
 
-def columns_view(w_kn: np.ndarray) -> bool:
-    """Whether the K x N view ``w_kn`` holds each column's K bytes contiguously."""
-    return w_kn.shape[0] == 1 or w_kn.strides[0] == 1
+def reads_in_place(w_kn: np.ndarray, layout: str) -> bool:
+    """Whether the K x N view ``w_kn`` holds its bytes as the ``layout`` kernel reads
+    them: each column's K bytes contiguous ("columns"), or each row's N ("rows")."""
+    axis = 0 if layout == "columns" else 1
+    return w_kn.shape[axis] == 1 or w_kn.strides[axis] == 1
 
 
 class GemvPlan:
     """The per-thread structs of an ``M x N x K`` product (A rows ``lda`` bytes apart,
-    weight columns ``ldw`` apart, dst rows ``ldc_bytes`` apart), made once."""
+    the weights' columns, or rows, ``ldw`` apart as the kernel's layout says, dst rows
+    ``ldc_bytes`` apart), made once."""
 
     def __init__(self, kernel, M: int, N: int, K: int, lda: int, ldw: int, ldc_bytes: int, out: OutputArgs,
                  threads: int) -> None:
         spec = kernel.meta["gemv"]
         self.kernel, self.out = kernel, out
-        vb, lanes = spec.path.vector_bytes, spec.lanes
-        if spec.path.bits == 256 and K % 4:
-            raise RuntimeError(f"internal: {spec.name} takes K % 4 == 0, not K={K}")
-        whole, tail = K // vb * vb, K % vb
+        vb, lanes, rows = spec.path.vector_bytes, spec.lanes, spec.layout == "rows"
+        if rows and M != spec.rows or not takes(spec.path, K, N if rows else None, M, spec.comp, spec.output):
+            raise RuntimeError(f"internal: {spec.name} does not run M={M}, N={N}, K={K}")
+        whole, tail = (K // 4, K % 4) if rows else (K // vb * vb, K % vb)
         blocks = -(-N // lanes)
         threads = 1 if M * N * K < SMALL_WORK else threads
         dst_bytes = spec.output.dst_bytes
@@ -67,12 +72,12 @@ class GemvPlan:
             c0, c1 = b0 * lanes, min(N, b1 * lanes)
             s = ffi.new("struct i8j_gemv_args *")
             s.lda, s.ldw, s.ldc, s.m, s.n = lda, ldw, ldc_bytes, M, c1 - c0
-            s.k_bytes, s.k_tail, s.tail_bytes = whole, tail, (1 << tail) - 1
+            s.k_main, s.k_tail, s.tail_bytes = whole, tail, (1 << tail) - 1
             for i in range(8):
                 s.tail_dwords[i] = -1 if 4 * i < tail else 0
             set_output_args(s, out, c0, 0)
             self.structs.append(s)
-            self.offsets.append((c0 * ldw, c0 * dst_bytes))
+            self.offsets.append((c0 if rows else c0 * ldw, c0 * dst_bytes))
             self.chunks.append((c0, 0))
         args_offsets()
         self.calls = CallPlan([[(kernel.function, s)] for s in self.structs])

@@ -44,7 +44,7 @@ from jit.gemv_kernel import gemv_kernel
 from jit.pack_kernel import VnniPacker, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
-from primitives.gemv_driver import GemvPlan, columns_view, runs_in_place
+from primitives.gemv_driver import GemvPlan, reads_in_place, runs_in_place
 from primitives.checks import check_no_zero_dim
 from primitives.memory import Memory, MemoryDesc, desc, identity_tag, packed_desc
 from primitives import verbose
@@ -105,20 +105,25 @@ class WeightsLayout:
         dst.payload = (dataclasses.replace(packed, data=buf[:size]), choice)
 
 
-def _columns_of_k(md: MemoryDesc, kind: str, order) -> bool:
-    """Whether plain weights ``md`` hold each output column's K values as contiguous
-    bytes (an inner product's OC x C... in the source's order; a matmul's ``ba``)."""
+def _in_place_layout(md: MemoryDesc, kind: str, order) -> str | None:
+    """How plain weights ``md`` hold their bytes for the in-place kernels: "columns"
+    (each output column's K values contiguous: an inner product's OC x C... in the
+    source's order, a matmul's ``ba``), "rows" (each K row's N values: a matmul's ``ab``,
+    a 2-D inner product's ``ba``), or None (packed weights, or neither)."""
     if md.is_any or md.is_packed:
-        return False
+        return None
     if kind == "matmul":
-        return md.dims[-2] == 1 or md.strides[-2] == 1
+        return "columns" if md.dims[-2] == 1 or md.strides[-2] == 1 else \
+            "rows" if md.dims[-1] == 1 or md.strides[-1] == 1 else None
+    if md.ndims == 2 and md.strides[0] == 1 and md.dims[1] > 1:
+        return "rows"
     expected = 1
     for d in reversed(order[:-1]):  # the K dims, innermost first: dense, as one run
         if md.dims[d] != 1:
             if md.strides[d] != expected:
-                return False
+                return None
             expected *= md.dims[d]
-    return True
+    return "columns"
 
 
 class _GemmBasedDesc(PrimitiveDesc):
@@ -128,6 +133,7 @@ class _GemmBasedDesc(PrimitiveDesc):
     weights_batch = src_batch = 1  # a batched matmul's: dst's batch, or 1 (broadcast)
     _item_binary = False  # a binary operand of one value or one per column per batch item
     _in_place = None  # the kernel that reads runtime weights in place (few rows), or None
+    _in_place_layout, _in_place_rows = "columns", 1  # its layout, and its rows (the rows kernel's)
 
     def flat(self) -> bool:
         """One GEMM of batch*M rows: one weight matrix serves the batch, src has a matrix
@@ -193,11 +199,15 @@ class _GemmBasedDesc(PrimitiveDesc):
         # Runtime weights whose columns are K contiguous bytes, times a few rows: read in
         # place (jit.gemv_kernel), not packed at every call.
         rows = M * batch if self.flat() else M
-        if not weights_md.is_any and _columns_of_k(weights_md, self.kind, weights_order) and runs_in_place(
-                self.fast.path, rows, K):
+        layout = _in_place_layout(weights_md, self.kind, weights_order)
+        if layout is not None and runs_in_place(self.fast.path, rows, K, N if layout == "rows" else None,
+                                                self.output.col_comp, self.output):
+            self._in_place_layout, self._in_place_rows = layout, rows
             self._in_place = self._gemv_for(self.output)
-        tiles = -(-N // (self.fast.nr * self.fast.path.lanes)) * self.fast.nr * self.fast.path.lanes
-        self._n_padded = tiles
+        # The per-column vectors (scales, bias, ...) in whole tiles of the GEMM kernel's
+        # and blocks of the in-place kernel's: their output stages read whole vectors.
+        whole = math.lcm(self.fast.nr * self.fast.path.lanes, 64)
+        tiles = self._n_padded = -(-N // whole) * whole
         self.scratchpad_nbytes = 4 * 4 * tiles + (4 * M * batch if K < 4 else 0)
         verbose.dispatch(self.kind, self.impl_name(), "chosen: " + self.fast.reason) \
             if verbose.enabled("dispatch") else None
@@ -237,7 +247,8 @@ class _GemmBasedDesc(PrimitiveDesc):
 
     def _gemv_for(self, output):
         """The in-place kernel for the output stage ``output``."""
-        return gemv_kernel(self.fast.path, self.src_s8, output.col_comp, output)
+        return gemv_kernel(self.fast.path, self.src_s8, output.col_comp, output, self._in_place_layout,
+                           self._in_place_rows)
 
     def _key_extra(self):
         return (self.kind,)
@@ -423,7 +434,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         w = self._weights_view(mem)
         if w.ndim == 3:
             w = w[b if w.shape[0] > 1 else 0]
-        return w if columns_view(w) else None
+        return w if reads_in_place(w, self.pd._in_place_layout) else None
 
     def _scratchpad_gone(self, address: int) -> None:
         self._sp_views.pop(address, None)
@@ -489,7 +500,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 packed, choice, repack = self._weights(mem[WEIGHTS], b, views)
 
                 def comp(packed=packed):  # -ao * column sums, wrapping as int32
-                    views["col_comp"][:] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
+                    views["col_comp"][:packed.colsum.size] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
                 # Weights packed at this call: always recompute (but zeros stay zeros).
                 refresh(views["last"], "col_comp", (id(packed), ao) if mem[WEIGHTS].desc.is_packed else
                         ("any weights", 0) if ao == 0 else None, comp)
@@ -579,12 +590,13 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if output != pd.output:  # (a dst scale or zero point's values changed the stage)
             kernels = self.__dict__.setdefault("_gemv_kernels", {})
             kernel = kernels.get(output) or kernels.setdefault(output, pd._gemv_for(output))
-        key = ("gemv", kernel.address, views["sp"].ctypes.data, w.strides[1], rows, b)
+        ldw = w.strides[1] if pd._in_place_layout == "columns" else w.strides[0]
+        key = ("gemv", kernel.address, views["sp"].ctypes.data, ldw, rows, b)
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) > 8 + 2 * pd.batch:
                 self._plans.clear()
-            plan = self._plans[key] = GemvPlan(kernel, rows, pd.N, pd.K, pd.K, w.strides[1],
+            plan = self._plans[key] = GemvPlan(kernel, rows, pd.N, pd.K, pd.K, ldw,
                                                pd.N * pd.output.dst_bytes, self._output_args(views, None), pd.threads)
         return plan
 

@@ -118,12 +118,25 @@ def test_emulated_reorder_writes_what_the_cpu_writes(emulated, problem):
 @pytest.mark.parametrize("M,N,K,src_dt,zp", [(1, 21, 100, "u8", 0), (2, 8, 36, "s8", 0), (3, 19, 64, "u8", 5),
                                              (1, 40, 8, "s8", 3)])
 def test_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
-    """jit.gemv_kernel on both VNNI paths, emulated: the exact product (the K loop and
-    its masked tail, the compensation in the loop or in a second pass, the lanes added
-    across by VPUNPCK*, VPERM2I128 or VSHUFI64X2, a partial last block)."""
+    """jit.gemv_kernel's columns kernel on both VNNI paths, emulated: the exact product
+    (the K loop and its masked tail, the compensation in the loop or in a second pass, the
+    lanes added across by VPUNPCK*, VPERM2I128 or VSHUFI64X2, a partial last block)."""
     from tests.test_gemv import gemv_case
 
     got, want = gemv_case(np.random.default_rng(K), isa, M, N, K, src_dt, zp, gap=3)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("isa,M,N,K,src_dt,zp", [("avx512_core_vnni", 1, 70, 9, "u8", 0),
+                                                 ("avx512_core_vnni", 4, 33, 6, "s8", 2),
+                                                 ("avx2_vnni", 2, 44, 11, "u8", 0), ("avx2_vnni", 1, 8, 4, "u8", 0)])
+def test_rows_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
+    """The rows kernel, emulated: rows interleaved by VPUNPCK*, masked loads past N
+    (VMOVDQU8, VPMASKMOVD), the last 1-3 K rows, the blocks put back in column order
+    (VSHUFI64X2, VPERM2I128)."""
+    from tests.test_gemv import gemv_case
+
+    got, want = gemv_case(np.random.default_rng(K), isa, M, N, K, src_dt, zp, 3, "rows")
     np.testing.assert_array_equal(got, want)
 
 
@@ -199,9 +212,10 @@ def test_matmul_every_path_emulated(emulated, isa, p):
 @EMULATED
 @given(p=problems())
 def test_in_place_matmul_every_vnni_path_emulated(emulated, isa, p):
-    """The same with runtime weights as columns of K (ba) and 1-4 rows: the in-place
-    kernel's output stage (both of AVX2's, whole and partial blocks)."""
-    p.update(M=1 + p["M"] % 4, K=min(p["K"], 70), N=min(p["N"], 40), packed=False, layout="ba")
+    """The same with runtime weights as columns of K (ba) or rows of N (ab) and 1-4 rows:
+    the in-place kernels' output stages (both of AVX2's, whole and partial blocks)."""
+    p.update(M=1 + p["M"] % 4, K=min(p["K"], 70), N=min(p["N"], 40), packed=False,
+             layout="ba" if p["seed"] % 2 else "ab")
     dst, want = _run(p, isa)
     assert_same_bits(dst, want)
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jit.dot import fast_path
-from jit.gemv_kernel import GemvSpec, gemv_kernel, takes
+from jit.gemv_kernel import GemvSpec, gemv_kernel, rows_max, takes
 from jit.output import OutputSpec
 from primitives.attr import Attr
 from primitives.gemm_driver import OutputArgs
@@ -29,19 +29,23 @@ VNNI = [pytest.param(isa, id=isa, marks=[pytest.mark.skip(reason=skip_reason(isa
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def gemv_case(rng, isa: str, M: int, N: int, K: int, src_dt: str, zp: int, gap: int):
-    """A, the weights as N columns of K bytes ``K + gap`` apart (the K x N view), the
-    exact int32 product and the kernel's output: (got, want)."""
+def gemv_case(rng, isa: str, M: int, N: int, K: int, src_dt: str, zp: int, gap: int, layout: str = "columns"):
+    """A, the weights as N columns of K bytes ``K + gap`` apart (or K rows of N bytes
+    ``N + gap`` apart), the exact int32 product and the kernel's output: (got, want)."""
     s8 = src_dt == "s8"
     a = rng.integers(-128 if s8 else 0, 128 if s8 else 256, (M, K)).astype(np.int8 if s8 else np.uint8)
-    w_nk = rng.integers(-128, 128, (N, K + gap)).astype(np.int8)[:, :K]
+    if layout == "columns":
+        w = rng.integers(-128, 128, (N, K + gap)).astype(np.int8)[:, :K].T
+    else:
+        w = rng.integers(-128, 128, (K, N + gap)).astype(np.int8)[:, :N]
     comp = s8 or zp != 0
-    kernel = gemv_kernel(fast_path(isa), s8, comp, OutputSpec(col_comp=False))
+    kernel = gemv_kernel(fast_path(isa), s8, comp, OutputSpec(col_comp=False), layout, M)
     c = np.zeros((M, N), np.int32)
     threads = 1 + int(rng.integers(0, 3))
-    plan = GemvPlan(kernel, M, N, K, K, w_nk.strides[0], 4 * N, OutputArgs(col_comp=None), threads)
-    plan.run(a, w_nk.T, c, zp + (128 if s8 else 0))
-    want = wrap_int32((a.astype(np.int64) - zp) @ w_nk.T.astype(np.int64))
+    ldw = w.strides[1] if layout == "columns" else w.strides[0]
+    plan = GemvPlan(kernel, M, N, K, K, ldw, 4 * N, OutputArgs(col_comp=None), threads)
+    plan.run(a, w, c, zp + (128 if s8 else 0))
+    want = wrap_int32((a.astype(np.int64) - zp) @ w.astype(np.int64))
     return c, want
 
 
@@ -61,34 +65,61 @@ def test_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed):
 
 
 @pytest.mark.parametrize("isa", VNNI)
-@pytest.mark.parametrize("K,N", [(64, 16), (100, 21), (36, 8), (7, 3)])
-def test_reads_only_its_buffers(guarded, isa, K, N):
-    """A's last row and the weights' last column end against guard pages (K tail masked,
-    the partial block's missing columns read as the last one), and dst's last row too:
-    no read or write past them."""
+@SETTINGS
+@given(M=st.integers(1, 4), N=st.integers(1, 200), K=st.integers(1, 40), src_dt=st.sampled_from(["u8", "s8"]),
+       zp=st.sampled_from([0, 0, 3, -7, 300]), gap=st.sampled_from([0, 5]), seed=st.integers(0, 2**31))
+def test_rows_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed):
+    """The rows kernel (weights as K rows of N bytes): exact for the rows it holds, any K
+    (groups of 4 rows, then the last 1-3 with the others zero and A's last bytes read one
+    by one), any N (the last block masked; AVX2 whole dwords), row strides beyond N."""
     path = fast_path(isa)
-    if not takes(path, K):
-        pytest.skip(f"{isa} takes K % 4 == 0")
-    rng = np.random.default_rng(K)
+    comp = src_dt == "s8" or zp != 0
+    M = min(M, rows_max(path, comp, OutputSpec(col_comp=False)))
+    if M == 0:
+        return  # (AVX2's 16 registers hold no row beside the compensation's: packed, see below)
+    if path.bits == 256:
+        N = -(-N // 4) * 4
+    got, want = gemv_case(np.random.default_rng(seed), isa, M, N, K, src_dt, zp, gap, "rows")
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("isa", VNNI)
+@pytest.mark.parametrize("layout", ["columns", "rows"])
+@pytest.mark.parametrize("K,N", [(64, 16), (100, 21), (36, 8), (7, 3), (5, 68)])
+def test_reads_only_its_buffers(guarded, isa, layout, K, N):
+    """A's last row and the weights' end against guard pages (columns: the last
+    column's K tail masked, a partial block's missing columns read as the last one;
+    rows: the last row's block masked past N, A's last K % 4 bytes read one by one), and
+    dst's last row too: no read or write past them."""
+    path = fast_path(isa)
     M = 2
+    if not takes(path, K, N if layout == "rows" else None, M):
+        pytest.skip(f"{isa} takes whole dwords")
+    rng = np.random.default_rng(K)
     a = guarded(M * K, np.uint8, "end").reshape(M, K)
     a[...] = rng.integers(0, 256, (M, K))
-    w_nk = guarded(N * K, np.int8, "end").reshape(N, K)
-    w_nk[...] = rng.integers(-128, 128, (N, K))
+    raw = guarded(N * K, np.int8, "end")
+    raw[...] = rng.integers(-128, 128, N * K)
+    w = raw.reshape(N, K).T if layout == "columns" else raw.reshape(K, N)
     c = guarded(M * N, np.int8, "end").reshape(M, N)
-    kernel = gemv_kernel(path, False, True, OutputSpec(col_comp=False, float_mode=True, dst_dt="s8"))
-    GemvPlan(kernel, M, N, K, K, K, N, OutputArgs(col_comp=None), 1).run(a, w_nk.T, c, 5)
-    exact = (a.astype(np.int64) - 5) @ w_nk.T.astype(np.int64)
+    kernel = gemv_kernel(path, False, False, OutputSpec(col_comp=False, float_mode=True, dst_dt="s8"), layout, M)
+    GemvPlan(kernel, M, N, K, K, K if layout == "columns" else N, N, OutputArgs(col_comp=None), 1).run(a, w, c)
+    exact = a.astype(np.int64) @ w.astype(np.int64)
     np.testing.assert_array_equal(c, np.clip(exact, -128, 127))
 
 
 def test_spec_refuses_what_it_cannot_do():
+    plain = OutputSpec(col_comp=False)
     with pytest.raises(ValueError, match="^path: avx2:maddubsw"):
-        GemvSpec(fast_path("avx2"), False, False, OutputSpec(col_comp=False))
+        GemvSpec(fast_path("avx2"), False, False, plain)
     with pytest.raises(ValueError, match="^output: col_comp and row_comp off"):
         GemvSpec(fast_path("avx512_core_vnni"), False, False, OutputSpec())
-    assert takes(fast_path("avx512_core_vnni"), 7) and not takes(fast_path("avx2_vnni"), 7)
-    assert takes(fast_path("avx2_vnni"), 8) and not takes(fast_path("avx512_core"), 8)
+    with pytest.raises(ValueError, match="^rows: the rows kernel of avx2_vnni:vnni holds 1..0 rows of A, not 1"):
+        GemvSpec(fast_path("avx2_vnni"), True, True, plain, "rows", 1)
+    zmm, ymm = fast_path("avx512_core_vnni"), fast_path("avx2_vnni")
+    assert takes(zmm, 7) and not takes(ymm, 7) and takes(ymm, 8) and not takes(fast_path("avx512_core"), 8)
+    assert rows_max(zmm, True, plain) == 4 and rows_max(ymm, False, plain) == 2 and rows_max(ymm, True, plain) == 0
+    assert takes(zmm, 7, 9, 4, True) and takes(ymm, 7, 12, 2) and not takes(ymm, 7, 10, 2)
 
 
 def _ip(isa, M, K, N, src_dt="u8", zp=None, dst_dt="s32"):
@@ -135,17 +166,25 @@ def test_inner_product_reads_runtime_weights_in_place(isa_path, src_dt, zp, monk
         monkeypatch.undo()
 
 
+def _mm(isa, M, K, N, tag, src_dt="u8"):
+    return MatmulDesc(desc((M, K), src_dt, "ab"), desc((K, N), "s8", tag), desc((M, N), "s32", "ab"), isa=isa)
+
+
 def test_what_still_packs(isa_path):
-    """More rows than MAX_ROWS, weights as rows of N (a matmul's ab), weights packed once
-    through any, and on AVX2 a K that is no multiple of 4: no in-place kernel."""
-    assert "runtime_weights" not in _ip(isa_path, MAX_ROWS + 1, 64, 16).impl_info()
-    ab = MatmulDesc(desc((1, 64), "u8", "ab"), desc((64, 16), "s8", "ab"), desc((1, 16), "s32", "ab"), isa=isa_path)
-    assert "runtime_weights" not in ab.impl_info()
+    """Weights packed once through any, more rows than MAX_ROWS, and on AVX2 (16
+    registers, dword masks) a K or N that is no multiple of 4 and the rows kernel with
+    compensation: no in-place kernel."""
+    vnni, zmm = isa_path.endswith("vnni"), isa_path == "avx512_core_vnni"
+    in_place = lambda pd: "runtime_weights" in pd.impl_info()  # noqa: E731
+    assert not in_place(_ip(isa_path, MAX_ROWS + 1, 64, 16)) and not in_place(_mm(isa_path, 5, 64, 16, "ab"))
     packed = _ip(isa_path, 1, 64, 16)
-    assert "runtime_weights" not in InnerProductDesc(packed.src_desc(), desc((16, 64), "s8", "any"),
-                                                    packed.dst_desc(), isa=isa_path).impl_info()
-    odd = _ip(isa_path, 1, 66, 16)
-    assert ("runtime_weights" in odd.impl_info()) is (isa_path == "avx512_core_vnni")
+    assert not in_place(InnerProductDesc(packed.src_desc(), desc((16, 64), "s8", "any"), packed.dst_desc(),
+                                         isa=isa_path))
+    assert in_place(_ip(isa_path, 1, 64, 16)) is vnni and in_place(_ip(isa_path, 1, 66, 16)) is zmm
+    assert in_place(_mm(isa_path, 2, 66, 16, "ab")) is vnni and in_place(_mm(isa_path, 2, 64, 18, "ab")) is zmm
+    assert in_place(_mm(isa_path, 1, 64, 16, "ab", "s8")) is zmm and in_place(_mm(isa_path, 3, 64, 16, "ab")) is zmm
+    if zmm:
+        assert "gemv_rows1_" in _mm(isa_path, 1, 64, 16, "ab").impl_info()["runtime_weights"]
 
 
 def test_batched_attention_scores(isa_path):

@@ -147,11 +147,12 @@ def test_matmul_matches_model(isa_path, p):
 
 
 @SETTINGS
-@given(p=problems(), m=st.integers(1, 4))
-def test_in_place_matmul_matches_model(isa_path, p, m):
-    """Runtime weights as columns of K (tag ba) times 1-4 rows: on VNNI paths the kernel
-    that reads them in place (tests/test_gemv.py), with every attribute of the pipeline."""
-    p.update(M=m, packed=False, layout="ba")
+@given(p=problems(), m=st.integers(1, 4), layout=st.sampled_from(["ab", "ba"]))
+def test_in_place_matmul_matches_model(isa_path, p, m, layout):
+    """Runtime weights as rows of N (tag ab) or columns of K (ba) times 1-4 rows: on VNNI
+    paths the kernels that read them in place (tests/test_gemv.py), with every attribute
+    of the pipeline."""
+    p.update(M=m, packed=False, layout=layout)
     dst, want = _run(p, isa_path)
     assert_same_bits(dst, want)
 
