@@ -123,8 +123,9 @@ class VnniPacker:
         from runtime.pool import CallPlan
         from runtime.threads import split
 
-        if path.kind != "vnni":
-            raise ValueError(f"path: {path.kind}; VnniPacker packs for VPDPBUSD (vnni) paths only")
+        if path.kind not in ("vnni", "maddubsw"):
+            raise ValueError(f"path: {path.kind}; VnniPacker packs for VPDPBUSD and VPMADDUBSW (vnni, maddubsw) "
+                             "paths only")
         self.k, self.n, self.items, self.columns = k, n, items, columns
         tile_n = nr * path.lanes
         tiles, groups = -(-n // tile_n), -(-k // 4)

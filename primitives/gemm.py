@@ -135,10 +135,10 @@ def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None,
                  proof: bool = True) -> tuple[PackedB, Choice]:
     """The decision for the K x N weights ``b_kn`` and the weights packed for it (the
     unsafe pairs and the saturation proof taken once, for both); ``nr`` as :func:`decide`'s.
-    On a VNNI path, whose decision needs no proof, the packing is machine code
-    (``jit.pack_kernel``) and the proof, which ``Gemm.impl_info`` reports, is taken only
-    with ``proof``."""
-    if fast_path(isa).kind == "vnni":
+    Where the decision needs no proof (a VNNI path, or ``faithful``: VPMADDUBSW reads
+    the same layout), the packing is machine code (``jit.pack_kernel``) and the proof,
+    which ``Gemm.impl_info`` reports, is taken only with ``proof``."""
+    if fast_path(isa).kind == "vnni" or policy == "faithful":
         choice = decide(isa, policy, None, b_kn.shape[1], nr=nr)
         if vnni_packs(b_kn):
             packed = pack_vnni(b_kn, choice.path, choice.nr)

@@ -391,8 +391,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         self._sp_views: dict = {}
 
     def _weights(self, mem: Memory, b: int, views: dict):
-        """(packed B, choice, repack) of batch item ``b``. Runtime weights on a VNNI path
-        are packed in machine code, every item in one call (at item 0), into buffers of
+        """(packed B, choice, repack) of batch item ``b``. Runtime weights on a VNNI path,
+        or under ``faithful`` (VPMADDUBSW reads the same layout), are packed in machine code, every item in one call (at item 0), into buffers of
         this scratchpad's, the same at every call, so the items' plans are made once;
         ``repack`` packs the values they then hold again (for a replay; a no-op for the
         items after the first). Else ``repack`` is None: packed weights, or runtime ones
@@ -406,7 +406,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             return mem.payload + (None,)
         src = self._weights_view(mem)
         item = (b if src.shape[0] > 1 else 0) if src.ndim == 3 else None
-        if pd.fast.path.kind != "vnni" or not vnni_packs(src):
+        # (the values decide the kernel under exact without VNNI: numpy packs, with the proof)
+        if pd.fast.path.kind != "vnni" and pd.attr.policy != "faithful" or not vnni_packs(src):
             return pack_weights(src if item is None else src[item], pd.isa, pd.attr.policy, proof=False) + (None,)
         packer = views.get("packer")
         if packer is None:

@@ -14,6 +14,7 @@ from primitives.gemm_pack import pack_b
 from primitives.matmul import InnerProductDesc, MatmulDesc
 from primitives.memory import desc
 from primitives.reference import gemm_sum, wrap_int32
+from tests.conftest import faithful_model
 
 VNNI = ("avx512_core_vnni", "avx2_vnni")  # (the kernel itself is AVX2 code: any CPU here runs it)
 
@@ -65,32 +66,38 @@ def test_reads_and_writes_only_its_buffers(guarded, columns):
 
 
 def test_pack_vnni_refuses_other_paths():
-    with pytest.raises(ValueError, match="^path: maddubsw"):
-        pack_vnni(np.zeros((4, 8), np.int8), fast_path("avx2"), 1)
+    from jit.dot import widening_path
+
+    with pytest.raises(ValueError, match="^path: widen; VnniPacker packs for VPDPBUSD and VPMADDUBSW"):
+        pack_vnni(np.zeros((4, 8), np.int8), widening_path("avx2"), 1)
+    # VPMADDUBSW reads the VNNI layout: the same bytes
+    b = np.arange(-16, 16, dtype=np.int8).reshape(4, 8)
+    assert np.array_equal(pack_vnni(b, fast_path("avx2"), 1).data, pack_b(b, fast_path("avx2"), 1, (0, 0)).data)
     with pytest.raises(ValueError, match=r"^weights: expected 1 x 4 x 8 \(items x K x N\), got \(8, 4\)"):
         VnniPacker(4, 8, fast_path("avx2_vnni"), 1)(np.zeros((8, 4), np.int8))
     assert CHUNK == 8
 
 
-def _executable_vnni(isa_path):
-    if not isa_path.endswith("vnni"):
-        pytest.skip("runtime weights are packed in machine code on VNNI paths only")
+def _policy(isa_path) -> str:
+    """The policy under which runtime weights are packed in machine code on ``isa_path``:
+    any on VNNI paths, ``faithful`` elsewhere (under ``exact`` the values decide)."""
+    return "exact" if isa_path.endswith("vnni") else "faithful"
 
 
 @pytest.mark.parametrize("src_dt,zp", [("u8", None), ("u8", 3), ("s8", None)])
-@pytest.mark.parametrize("shape", [(3, 5, 37, 20), (1, 4, 3, 9), (2, 64, 128, 64), (4, 7, 64, 40)])
+@pytest.mark.parametrize("shape", [(3, 5, 37, 20), (1, 6, 3, 9), (2, 64, 128, 64), (4, 7, 64, 40)])
 def test_runtime_weights_replay_packs_the_new_values(isa_path, shape, src_dt, zp, monkeypatch):
-    """A batched matmul with runtime weights (an item each) called again with new values
-    in the same arrays: the replay packs them again (and, for an s8 source or a zero
-    point, their compensation per item; without, every item's calls in one plan), bit
-    for bit, without a set-up."""
-    _executable_vnni(isa_path)
+    """A batched matmul with runtime weights (an item each; more rows than the in-place
+    kernels take) called again with new values in the same arrays: the replay packs them
+    again (and, for an s8 source or a zero point, their compensation per item; without,
+    every item's calls in one plan), bit for bit, without a set-up. On VNNI paths, and
+    under faithful on the others (the saturating model)."""
     B, M, K, N = shape
     rng = np.random.default_rng(K)
     lo = -128 if src_dt == "s8" else 0
     src = rng.integers(lo, lo + 256, (B, M, K)).astype(np.int8 if src_dt == "s8" else np.uint8)
     wei = rng.integers(-128, 128, (B, K, N)).astype(np.int8)
-    attr = Attr(zero_points={"src": 0} if zp is not None else None)
+    attr = Attr(zero_points={"src": 0} if zp is not None else None, policy=_policy(isa_path))
     pd = MatmulDesc(desc((B, M, K), src_dt, "abc"), desc((B, K, N), "s8", "abc"), desc((B, M, N), "s32", "abc"),
                     attr=attr, isa=isa_path)
     prim = pd.create()
@@ -106,27 +113,29 @@ def test_runtime_weights_replay_packs_the_new_values(isa_path, shape, src_dt, zp
         with monkeypatch.context() as m:
             m.setattr(prim, "_execute", lambda *_: pytest.fail("_execute ran: the replay was not taken"))
             prim.execute(args)
+        saturating = faithful_model(_policy(isa_path), isa_path)
         for b in range(B):
-            np.testing.assert_array_equal(dst[b], wrap_int32(gemm_sum(src[b], wei[b], zp or 0, 0, False)),
+            np.testing.assert_array_equal(dst[b], wrap_int32(gemm_sum(src[b], wei[b], zp or 0, 0, saturating)),
                                           err_msg=str(step))
 
 
 def test_inner_product_runtime_weights(isa_path):
     """An inner product's runtime weights (OC x K rows: B as columns of K bytes, the
     columns kernel's) packed per call, a K that is no multiple of 4, and one of 16 (more
-    rows than the in-place kernel takes: tests/test_gemv.py)."""
+    rows than the in-place kernel takes: tests/test_gemv.py); under faithful on non-VNNI
+    paths."""
     from jit.pack_kernel import vnni_packs
 
     assert vnni_packs(np.zeros((5, 7), np.int8).T) and not vnni_packs(np.zeros((5, 7), np.int8)[:, ::2])
-    _executable_vnni(isa_path)
     rng = np.random.default_rng(3)
+    saturating = faithful_model(_policy(isa_path), isa_path)
     for n, c, oc in ((5, 13, 19), (6, 64, 40)):
         pd = InnerProductDesc(desc((n, c), "u8", "ab"), desc((oc, c), "s8", "ab"), desc((n, oc), "s32", "ab"),
-                              isa=isa_path)
+                              attr=Attr(policy=_policy(isa_path)), isa=isa_path)
         prim = pd.create()
         for _ in range(2):
             x = rng.integers(0, 256, (n, c)).astype(np.uint8)
             w = rng.integers(-128, 128, (oc, c)).astype(np.int8)
             y = np.zeros((n, oc), np.int32)
             prim.execute({"src": x, "weights": w, "dst": y})
-            np.testing.assert_array_equal(y, x.astype(np.int64) @ w.T.astype(np.int64))
+            np.testing.assert_array_equal(y, wrap_int32(gemm_sum(x, w.T, 0, 0, saturating)))
