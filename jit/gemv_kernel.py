@@ -57,7 +57,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from jit.dot import Path, emit_bytes, fast_path, vector_constant, vector_register
-from jit.output import OUTPUT_FIELDS, OutputContext, OutputSpec, args_cdef_fields, emit_output
+from jit.output import (OUTPUT_FIELDS, OutputContext, OutputSpec, args_cdef_fields, emit_output,
+                        output_registers_needed)
 
 ARGS_CDEF = """
 struct i8j_gemv_args {
@@ -111,6 +112,9 @@ class GemvSpec:
         most = rows_max(self.path, self.comp, self.output)
         if self.layout == "rows" and not 1 <= self.rows <= most:
             raise ValueError(f"rows: the rows kernel of {self.path.name} holds 1..{most} rows of A, not {self.rows}")
+        # (the columns kernel's stage has all but its result and 3 constants)
+        if self.layout == "columns" and output_registers_needed(self.path, self.output, 1) > self.path.registers - 4:
+            raise ValueError("output: the stage needs more registers than the columns kernel leaves it")
 
     @property
     def lanes(self) -> int:
@@ -127,12 +131,11 @@ class GemvSpec:
 
 def rows_max(path: Path, comp: bool, output: OutputSpec) -> int:
     """Rows of A the rows kernel of ``path`` holds (4 accumulators each) beside its
-    loop's registers (4 weight vectors, 2 temporaries, A's broadcast; with compensation
-    the sums, ones and 0x80) and the output stage's."""
-    from jit.output import output_registers_needed
-
-    loop = 4 + 2 + 1 + (6 if comp else 0)
-    stage = output_registers_needed(path, replace(output, col_comp=False), 4)
+    loop's registers (4 weight vectors, 2 temporaries, A's broadcast, AVX2's dword mask;
+    with compensation the sums, ones and 0x80) and the output stage's (with ones and
+    0x80 kept for the next block)."""
+    loop = 4 + 2 + 1 + (path.bits == 256) + (6 if comp else 0)
+    stage = output_registers_needed(path, replace(output, col_comp=False), 4) + (2 if comp else 0)
     return max(0, min(MAX_ROWS, (path.registers - max(loop, stage)) // 4))
 
 
@@ -354,7 +357,9 @@ def _emit(spec: GemvSpec, argument) -> None:
     if spec.output.dst_bytes == 1:
         SHR(rbx, 2)
     ADD(rax, rbx)
-    free = [V(i) for i in range(path.registers) if i != result.physical_id]
+    # (the constants every row's K loop reads stay: the stage takes the other registers)
+    kept = {result.physical_id} | {v.physical_id for v in (ones, c80, dmask)}
+    free = [V(i) for i in range(path.registers) if i not in kept]
     ctx = OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
                         n_left=r13, c_row=lambda i: rax, free_vectors=free, free_gprs=[rbx, rcx, rdx, r8])
     emit_output(ctx, [[result]], 1, 1)
@@ -569,7 +574,8 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
     LEA(r11, [rbp + rbp * 2])
     ADD(r11, r12)
     bases = [r12, r12 + rbp * 1, r12 + rbp * 2, r11]
-    live = {v.physical_id for row in outs for v in row}
+    # (the constants every block's K loop reads stay: the stage takes the other registers)
+    live = {v.physical_id for row in outs for v in row} | {v.physical_id for v in (ones, c80) if v is not None}
     free = [V(i) for i in range(path.registers) if i not in live]
     ctx = OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
                         n_left=r13, c_row=lambda i: bases[i], free_vectors=free, free_gprs=[rax, rbx, rcx, rdx])

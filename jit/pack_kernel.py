@@ -1,4 +1,4 @@
-"""B packed for the VNNI paths in machine code: runtime weights at memory speed.
+"""B packed in machine code: runtime weights at memory speed.
 
 A VNNI kernel reads B (K x N s8) as ``[tile][group][column of the tile][4]``: the four
 bytes of a K group of one column as one dword (``gemm_pack.pack_b``). numpy builds that
@@ -21,6 +21,12 @@ each thread a range of tiles, a batch's items one after another in one call::
 
 (A first rows kernel walked each chunk down all of K: a 4096-wide B at 1.1 GB/s, its
 rows 4096 bytes apart all in the same cache sets.)
+
+The VPMADDUBSW path reads the same layout (under ``faithful`` its weights need no
+proof either). The widening path's layout (``widen``, exact on AVX2 and AVX-512BW
+whatever the weights) holds each group as two rows of dwords, a column's first and
+second K pairs as s16: the same kernels, each group's dwords sign-extended (VPMOVSXBW)
+and split by pair (VSHUFPS, VPERMQ) before the stores, summed by VPMADDWD by ones.
 
 They read whole groups and chunks only (:class:`VnniPacker` pads a copy of B where its
 K or N is not so) and write nothing past the chunks (the packed padding columns stay as
@@ -66,17 +72,20 @@ def args_offsets() -> dict[str, int]:
     return struct_offsets(ARGS_CDEF, "struct i8j_pack_args", FIELDS)
 
 
-def pack_kernel(columns: bool = False, wide: bool = False):
-    """The VNNI B-packing kernel, from rows of N bytes (16 columns a pass where ``wide``,
-    else 8) or from columns of K bytes (generated once, then from the caches)."""
+def pack_kernel(columns: bool = False, wide: bool = False, widen: bool = False):
+    """The B-packing kernel, from rows of N bytes (16 columns a pass where ``wide``, else
+    8) or from columns of K bytes, into the VNNI layout (four bytes of a column's K group
+    in a dword) or, ``widen``, the widening path's (its two pairs as s16, a dword each, in
+    two rows of the group); generated once, then from the caches."""
     from jit import cache
 
     args_offsets()  # declares the struct for callers
-    if columns:
-        return cache.get_kernel(("pack_b_vnni_columns", ISA), lambda: generate(True))
-    if wide:
-        return cache.get_kernel(("pack_b_vnni_wide", ISA), lambda: generate(False, True))
-    return cache.get_kernel(("pack_b_vnni", ISA), generate)
+    name = kernel_name(columns, wide, widen)
+    return cache.get_kernel((name, ISA), lambda: generate(columns, wide and not columns, widen))
+
+
+def kernel_name(columns: bool = False, wide: bool = False, widen: bool = False) -> str:
+    return "pack_b_" + ("widen" if widen else "vnni") + ("_columns" if columns else "_wide" if wide else "")
 
 
 def vnni_packs(b) -> bool:
@@ -123,9 +132,8 @@ class VnniPacker:
         from runtime.pool import CallPlan
         from runtime.threads import split
 
-        if path.kind not in ("vnni", "maddubsw"):
-            raise ValueError(f"path: {path.kind}; VnniPacker packs for VPDPBUSD and VPMADDUBSW (vnni, maddubsw) "
-                             "paths only")
+        if path.kind not in ("vnni", "maddubsw", "widen"):  # pragma: no cover - Path's kinds are these
+            raise ValueError(f"path: {path.kind}; VnniPacker packs for the vnni, maddubsw and widen paths")
         self.k, self.n, self.items, self.columns = k, n, items, columns
         tile_n = nr * path.lanes
         tiles, groups = -(-n // tile_n), -(-k // 4)
@@ -135,7 +143,8 @@ class VnniPacker:
         self._width = WIDE if wide else CHUNK  # columns a pass of the kernel
         self._n8 = -(-n // self._width) * self._width
         self._padded = None  # a copy of B in whole groups and chunks, where B is not so
-        size = tiles * tile_n * groups * 4
+        widen = path.kind == "widen"  # (two s16 pairs a group: twice the bytes)
+        size = tiles * tile_n * groups * 4 * (2 if widen else 1)
         data = aligned_zeros(items * size).reshape(items, size)  # (padding columns: zero, never written)
         self._sums = np.zeros((items, tiles * tile_n), np.int32)  # the kernel's; PackedB's are int64
         self._colsums = np.zeros((items, tiles * tile_n), np.int64)
@@ -144,16 +153,16 @@ class VnniPacker:
         self.packed = self.packs[0]
         # (the Kernel held, not only its function: its code stays mapped while a replay
         # or a bound call may still pack with this packer)
-        self._code = pack_kernel(columns, wide) if groups and n else None
+        self._code = pack_kernel(columns, wide, widen) if groups and n else None
         self._k16 = -(-k // (4 * QUAD)) * 4 * QUAD  # (columns: K in whole quads of groups)
         # Threads take ranges of whole tiles (their columns, packed bytes and sums).
         self._parts = []
         for t0, t1 in split(tiles, threads) if self._code is not None else ():
             c0, c1 = t0 * tile_n, min(self._n8, t1 * tile_n)  # columns
             args = ffi.new("struct i8j_pack_args *", dict(groups=groups, chunks=(c1 - c0) // self._width,
-                                                          tile_bytes=4 * tile_n, tile_stride=4 * tile_n * groups,
+                                                          tile_bytes=4 * tile_n, tile_stride=size // tiles,
                                                           items=items, dst_item=size, sums_item=4 * tiles * tile_n))
-            args.dst, args.colsum = pointer_to(data) + t0 * 4 * tile_n * groups, pointer_to(self._sums) + 4 * c0
+            args.dst, args.colsum = pointer_to(data) + t0 * (size // tiles), pointer_to(self._sums) + 4 * c0
             self._parts.append((c0, args))
         self._calls = CallPlan([[(self._code.function, args)] for _, args in self._parts]) if self._parts else None
         self._src = None  # the array the structs' src points into (kept alive with them)
@@ -192,22 +201,53 @@ class VnniPacker:
         return self.packs if batch else self.packed
 
 
-def generate(columns: bool = False, wide: bool = False):
+def generate(columns: bool = False, wide: bool = False, widen: bool = False):
     """Generate the kernel's code (PeachPy); see :func:`pack_kernel`."""
     from jit import asm
     from jit.build import generate as build
 
     argument = asm.Argument(asm.ptr(asm.uint8_t), "args")
+    name = kernel_name(columns, wide, widen)
     if columns:
-        return build("pack_b_vnni_columns", ISA, SIGNATURE, (argument,), lambda: _emit_columns(argument))
-    name = "pack_b_vnni_wide" if wide else "pack_b_vnni"
-    return build(name, ISA, SIGNATURE, (argument,), lambda: _emit(argument, wide))
+        return build(name, ISA, SIGNATURE, (argument,), lambda: _emit_columns(argument, widen))
+    return build(name, ISA, SIGNATURE, (argument,), lambda: _emit(argument, wide, widen))
+
+
+def _store(out, address, acc, ones8, ones16, temps, unit_row, widen: bool) -> None:
+    """Eight columns' group (``out``: a dword of 4 K bytes each) stored at ``address`` and
+    added to their sums ``acc``. Widened: each column's two pairs as s16 (VPMOVSXBW), the
+    first pairs' dwords at ``address``, the second pairs' ``unit_row`` (a GPR) bytes on,
+    summed by VPMADDWD by ones; else the dwords as they are, summed by VPMADDUBSW and
+    VPMADDWD by ones (s16 pairs of |sum| <= 256: no saturation). ``out`` and ``temps`` (two)
+    are clobbered."""
+    from jit import asm
+
+    t0, t1 = temps
+    if not widen:
+        asm.VMOVDQU([address], out)
+        asm.VPMADDUBSW(t0, ones8, out)
+        asm.VPMADDWD(t0, t0, ones16)
+        asm.VPADDD(acc, acc, t0)
+        return
+    asm.VEXTRACTI128(t1.as_xmm, out, 1)
+    asm.VPMOVSXBW(t1, t1.as_xmm)  # columns 4-7: per 128 bits, two columns' (pair 0, pair 1)
+    asm.VPMOVSXBW(t0, out.as_xmm)  # columns 0-3
+    asm.VSHUFPS(out, t0, t1, 0x88)  # the first pairs: columns 0 1 4 5 | 2 3 6 7
+    asm.VPERMQ(out, out, 0xD8)  # 0-7
+    asm.VSHUFPS(t0, t0, t1, 0xDD)  # the second pairs
+    asm.VPERMQ(t0, t0, 0xD8)
+    asm.VMOVDQU([address], out)
+    asm.VMOVDQU([address + unit_row * 1], t0)
+    for pairs in (out, t0):
+        asm.VPMADDWD(pairs, pairs, ones16)
+        asm.VPADDD(acc, acc, pairs)
 
 
 def _start(A, ones8, ones16, done) -> None:
     """Both kernels' start: nothing to do without groups or chunks; the ones vectors;
-    the loop registers (r10 ldb, r11 3 ldb, r12 a tile's group bytes, r15 a tile's
-    bytes); the first item's B, packed bytes and sums (``A``: an args field)."""
+    the loop registers (r10 ldb, r11 3 ldb, r12 a tile's row of a group: a dword a
+    column, of which a widened group has two; r15 a tile's bytes); the first item's B,
+    packed bytes and sums (``A``: an args field)."""
     from jit import asm
     from jit.asm import CMP, JZ, LEA, MOV, rax, r10, r11, r12, r15
 
@@ -222,7 +262,7 @@ def _start(A, ones8, ones16, done) -> None:
     asm.VPBROADCASTD(ones16, ones16.as_xmm)
     MOV(r10, A("ldb"))
     LEA(r11, [r10 + r10 * 2])  # 3 rows
-    MOV(r12, A("tile_bytes"))  # bytes of one group of a tile: a column's dword each
+    MOV(r12, A("tile_bytes"))  # a row of a group of a tile: a column's dword each
     MOV(r15, A("tile_stride"))
     for counter, start in (("items_left", "items"), ("item_src", "src"), ("item_dst", "dst"),
                            ("item_sums", "colsum")):
@@ -245,7 +285,7 @@ def _next_item(A, item, done) -> None:
     asm.RETURN()
 
 
-def _emit(argument, wide: bool = False) -> None:
+def _emit(argument, wide: bool = False, widen: bool = False) -> None:
     from jit import asm
     from jit.asm import (ADD, CMP, DEC, IMUL, JNZ, LABEL, LEA, MOV, SUB, XOR, Label, rax, rbp, rbx, rcx,
                          rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14, r15)
@@ -303,12 +343,9 @@ def _emit(argument, wide: bool = False) -> None:
         asm.VPUNPCKHWD(tmp.as_xmm, lo, hi)  # columns 4..7 of the 8: r0 r1 r2 r3 each
         asm.VPUNPCKLWD(out.as_xmm, lo, hi)  # columns 0..3
         asm.VINSERTI128(out, out, tmp.as_xmm, 1)
-        asm.VMOVDQU([rcx + 32 * h], out)
-        asm.VPMADDUBSW(y2, ones8, out)  # 1 * w pairs: s16, |sum| <= 256
-        asm.VPMADDWD(y2, y2, ones16)
-        asm.VPADDD(accs[h], accs[h], y2)
+        _store(out, rcx + 32 * h, accs[h], ones8, ones16, (y2, tmp), r12, widen)
     LEA(rax, [rax + r10 * 4])
-    ADD(rcx, r12)
+    LEA(rcx, [rcx + r12 * 2]) if widen else ADD(rcx, r12)  # (widened: a group is two rows)
     DEC(r9)
     JNZ(group)
     for h, a in enumerate(accs):
@@ -328,7 +365,7 @@ def _emit(argument, wide: bool = False) -> None:
     LEA(rax, [r10 * 4])
     IMUL(rax, r9)
     ADD(rdx, rax)
-    MOV(rax, r12)
+    LEA(rax, [r12 * 2]) if widen else MOV(rax, r12)
     IMUL(rax, r9)
     ADD(rbp, rax)
     CMP(asm.qword[rdi + off["left"]], 0)
@@ -336,7 +373,7 @@ def _emit(argument, wide: bool = False) -> None:
     _next_item(A, item, done)
 
 
-def _emit_columns(argument) -> None:
+def _emit_columns(argument, widen: bool = False) -> None:
     """B as columns of K bytes (``ldb`` apart): eight columns at a time, four K groups
     (16 bytes of each) a step, their dwords transposed (VPUNPCK*DQ, VINSERTI128) into
     the four groups' 32-byte rows of the eight columns."""
@@ -386,11 +423,8 @@ def _emit_columns(argument) -> None:
                 asm.JB(stored)
             out = ymm[g]
             asm.VINSERTI128(out, out, ymm[4 + g].as_xmm, 1)
-            asm.VMOVDQU([rcx], out)
-            asm.VPMADDUBSW(ymm[8], ones8, out)
-            asm.VPMADDWD(ymm[8], ymm[8], ones16)
-            asm.VPADDD(acc, acc, ymm[8])
-            ADD(rcx, r12)
+            _store(out, rcx, acc, ones8, ones16, (ymm[8], ymm[9]), r12, widen)
+            LEA(rcx, [rcx + r12 * 2]) if widen else ADD(rcx, r12)
         LABEL(stored)
 
     quads_done = Label()

@@ -391,13 +391,15 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         self._sp_views: dict = {}
 
     def _weights(self, mem: Memory, b: int, views: dict):
-        """(packed B, choice, repack) of batch item ``b``. Runtime weights on a VNNI path,
-        or under ``faithful`` (VPMADDUBSW reads the same layout), are packed in machine code, every item in one call (at item 0), into buffers of
-        this scratchpad's, the same at every call, so the items' plans are made once;
-        ``repack`` packs the values they then hold again (for a replay; a no-op for the
-        items after the first). Else ``repack`` is None: packed weights, or runtime ones
-        packed anew per item by numpy: where the values decide the kernel (exact without
-        VNNI), or laid out neither as rows of N nor columns of K (``vnni_packs``)."""
+        """(packed B, choice, repack) of batch item ``b``. Runtime weights are packed in
+        machine code (``jit.pack_kernel``), every item in one call (at item 0), into
+        buffers of this scratchpad's, the same at every call, so the items' plans are made
+        once; ``repack`` packs the values they then hold again (for a replay; a no-op for
+        the items after the first). Without VNNI, ``exact`` widens them: the proof and the
+        split that VPMADDUBSW would need cost more per call than widening does (weights
+        packed once take them). Else ``repack`` is None: packed weights, or runtime ones
+        laid out neither as rows of N nor columns of K (``vnni_packs``), packed anew per
+        item by numpy (with the proof)."""
         pd = self.pd
         if mem.desc.is_packed:
             if not isinstance(mem.payload, tuple):
@@ -406,19 +408,20 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             return mem.payload + (None,)
         src = self._weights_view(mem)
         item = (b if src.shape[0] > 1 else 0) if src.ndim == 3 else None
-        # (the values decide the kernel under exact without VNNI: numpy packs, with the proof)
-        if pd.fast.path.kind != "vnni" and pd.attr.policy != "faithful" or not vnni_packs(src):
+        if not vnni_packs(src):
             return pack_weights(src if item is None else src[item], pd.isa, pd.attr.policy, proof=False) + (None,)
+        # (exact without VNNI: the widening choice, candidates()'s last)
+        choice = pd.fast if pd.fast.path.kind == "vnni" or pd.attr.policy == "faithful" else pd._choices[-1]
         packer = views.get("packer")
         if packer is None:
             items = src.shape[0] if src.ndim == 3 else 1
-            packer = views["packer"] = VnniPacker(pd.K, pd.N, pd.fast.path, pd.fast.nr, items, pd.threads,
+            packer = views["packer"] = VnniPacker(pd.K, pd.N, choice.path, choice.nr, items, pd.threads,
                                                   columns=src.strides[-1] != 1)
         repack = _packed_with_the_first
         if b == 0:
             packer(src)
             repack = functools.partial(packer, src)
-        return packer.packs[item or 0], pd.fast, repack
+        return packer.packs[item or 0], choice, repack
 
     def _weights_view(self, mem: Memory) -> np.ndarray:
         """Plain weights as K x N, or (a batched matmul's) items x K x N: the views the

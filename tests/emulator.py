@@ -714,6 +714,15 @@ def _perm2i128(m: Machine, ins) -> None:
     m.vdst(ins, np.concatenate(out), 4)
 
 
+def _shufps(m: Machine, ins) -> None:
+    """VSHUFPS: per 128 bits, two dwords of src1 then two of src2, picked by imm8."""
+    w = m.cur.width
+    a, b = m.vsrc(ins, 1, w).view(np.uint32).reshape(-1, 4), m.vsrc(ins, 2, w).view(np.uint32).reshape(-1, 4)
+    imm = ins.immediate(3)
+    out = np.stack([a[:, imm & 3], a[:, imm >> 2 & 3], b[:, imm >> 4 & 3], b[:, imm >> 6 & 3]], axis=1)
+    m.vdst(ins, out.reshape(-1), 4)
+
+
 def _shufi64x2(m: Machine, ins) -> None:
     """VSHUFI64X2: the result's low half of 128-bit blocks picked from src1's, the high
     half from src2's, by imm8 (1 bit a block in a ymm, 2 in a zmm)."""
@@ -949,5 +958,5 @@ _VECTOR = {
     V.VPUNPCKLDQ: _binary(_unpack(False), np.uint32, 4), V.VPUNPCKHDQ: _binary(_unpack(True), np.uint32, 4),
     V.VPUNPCKLQDQ: _binary(_unpack(False), np.uint64, 8), V.VPUNPCKHQDQ: _binary(_unpack(True), np.uint64, 8),
     V.VINSERTI128: _inserti128, V.VINSERTI32X4: _inserti128, V.VINSERTI64X4: _inserti256,
-    V.VPERM2I128: _perm2i128, V.VSHUFI64X2: _shufi64x2,
+    V.VPERM2I128: _perm2i128, V.VSHUFI64X2: _shufi64x2, V.VSHUFPS: _shufps,
 }

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jit.dot import fast_path
+from jit.dot import fast_path, path_for
 from jit.pack_kernel import CHUNK, VnniPacker, pack_vnni
 from primitives.attr import Attr
 from primitives.gemm_pack import pack_b
@@ -16,21 +16,24 @@ from primitives.memory import desc
 from primitives.reference import gemm_sum, wrap_int32
 from tests.conftest import faithful_model
 
-VNNI = ("avx512_core_vnni", "avx2_vnni")  # (the kernel itself is AVX2 code: any CPU here runs it)
+# Every path's layout (the kernels are AVX2 code: any CPU here runs them): the VNNI one,
+# which VPMADDUBSW reads too, and the widening one.
+PATHS = [("avx512_core_vnni", None), ("avx2_vnni", None), ("avx2", None), ("avx2", "widen"), ("avx512_core", "widen")]
 
 
 @settings(max_examples=60, deadline=None)
-@given(k=st.integers(1, 90), n=st.integers(1, 150), nr=st.integers(1, 4), isa=st.sampled_from(VNNI),
+@given(k=st.integers(1, 90), n=st.integers(1, 150), nr=st.integers(1, 4), isa=st.sampled_from(PATHS),
        layout=st.sampled_from(["kn", "nk", "strided"]), items=st.sampled_from([0, 1, 3]),
        threads=st.sampled_from([1, 2, 3]), seed=st.integers(0, 2**31))
 def test_pack_equals_numpy(k, n, nr, isa, layout, items, threads, seed):
-    """Every byte of the packed B and every column sum equal gemm_pack.pack_b's, for any
+    """Every byte of the packed B and every column sum equal gemm_pack.pack_b's, in the
+    VNNI layout (which VPMADDUBSW reads too) and the widening path's, for any
     K (groups padded with zeros; more than a block of 16 groups too), any N (the last
     chunk's and tile's padding columns zero), B row-major, transposed (an inner
     product's OC x K) or with gaps between rows, one matrix or a batch of them (items:
     0 = a 2-D B) in one call, by 1-3 threads (ranges of tiles); packed twice into one
     packer with new values."""
-    path = fast_path(isa)
+    path = path_for(*isa)
     rng = np.random.default_rng(seed)
     packer = VnniPacker(k, n, path, nr, max(items, 1), threads, columns=layout == "nk")
     for _ in range(2):
@@ -65,14 +68,7 @@ def test_reads_and_writes_only_its_buffers(guarded, columns):
     assert np.array_equal(out, pack_b(np.ascontiguousarray(b), path, 4, (0, 0)).data)
 
 
-def test_pack_vnni_refuses_other_paths():
-    from jit.dot import widening_path
-
-    with pytest.raises(ValueError, match="^path: widen; VnniPacker packs for VPDPBUSD and VPMADDUBSW"):
-        pack_vnni(np.zeros((4, 8), np.int8), widening_path("avx2"), 1)
-    # VPMADDUBSW reads the VNNI layout: the same bytes
-    b = np.arange(-16, 16, dtype=np.int8).reshape(4, 8)
-    assert np.array_equal(pack_vnni(b, fast_path("avx2"), 1).data, pack_b(b, fast_path("avx2"), 1, (0, 0)).data)
+def test_pack_vnni_refuses_a_wrong_shape():
     with pytest.raises(ValueError, match=r"^weights: expected 1 x 4 x 8 \(items x K x N\), got \(8, 4\)"):
         VnniPacker(4, 8, fast_path("avx2_vnni"), 1)(np.zeros((8, 4), np.int8))
     assert CHUNK == 8
