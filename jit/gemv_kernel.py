@@ -103,8 +103,9 @@ class GemvSpec:
     rows: int = 1  # the rows kernel's rows of A (every call's m); the columns kernel loops over any m
 
     def __post_init__(self):
-        if self.path.kind != "vnni":
-            raise ValueError(f"path: {self.path.name}; the in-place kernels run VPDPBUSD (vnni) paths only")
+        if self.path.kind not in ("vnni", "widen") or self.path.kind == "widen" and self.layout == "rows":
+            raise ValueError(f"path: {self.path.name}; the in-place kernels run the exact steps (vnni; widen: "
+                             "the columns kernel only)")
         if self.output.col_comp or self.output.row_comp:
             raise ValueError("output: col_comp and row_comp off (the kernel subtracts its own compensation)")
         if self.layout not in ("columns", "rows"):
@@ -117,6 +118,14 @@ class GemvSpec:
             raise ValueError("output: the stage needs more registers than the columns kernel leaves it")
 
     @property
+    def k_step(self) -> int:
+        """Bytes of K a step of the K loop takes: a vector of A's bytes (VPDPBUSD), half of
+        one (widened to s16), or a group of 4 rows (the rows kernel)."""
+        if self.layout == "rows":
+            return 4
+        return self.path.vector_bytes // (2 if self.path.kind == "widen" else 1)
+
+    @property
     def lanes(self) -> int:
         """Columns a block: one output vector (columns), or four (rows)."""
         return self.path.lanes * (4 if self.layout == "rows" else 1)
@@ -126,7 +135,8 @@ class GemvSpec:
         src = "s8" if self.s8_src else "u8"
         comp = "_comp" if self.comp else ""
         rows = f"rows{self.rows}_" if self.layout == "rows" else ""
-        return f"gemv_{rows}{src}s8{self.output.dst_dt}_{self.path.isa}{comp}"
+        widen = "_widen" if self.path.kind == "widen" else ""
+        return f"gemv_{rows}{src}s8{self.output.dst_dt}_{self.path.isa}{widen}{comp}"
 
 
 def rows_max(path: Path, comp: bool, output: OutputSpec) -> int:
@@ -144,10 +154,12 @@ def takes(path: Path, k: int, n: int | None = None, rows: int = 1, comp: bool = 
     """Whether an in-place kernel of ``path`` runs this product: columns of K (``n``
     None) for any K on AVX-512, whole dwords on AVX2; rows of N for as many ``rows`` as
     the kernel holds, any N on AVX-512, whole dwords on AVX2."""
-    if path.kind != "vnni":
+    if path.kind not in ("vnni", "widen"):
         return False
     if n is None:
         return path.bits == 512 or k % 4 == 0
+    if path.kind == "widen":
+        return False
     return (path.bits == 512 or n % 4 == 0) and rows <= rows_max(path, comp, output or OutputSpec(col_comp=False))
 
 
@@ -181,8 +193,8 @@ def _emit(spec: GemvSpec, argument) -> None:
     path = spec.path
     off = args_offsets()
     A = lambda f: [rdi + off[f]]  # noqa: E731
-    wide = path.bits == 512
-    vb, lanes = path.vector_bytes, path.lanes
+    wide, widen = path.bits == 512, path.kind == "widen"
+    lanes = path.lanes
     V = lambda i: vector_register(path, i)  # noqa: E731
     halves = lanes // HALF
     # Vector registers: the 8 accumulators, the sums (AVX-512 with compensation), the
@@ -199,16 +211,19 @@ def _emit(spec: GemvSpec, argument) -> None:
     def ymm(v):
         return v.as_ymm if wide else v
 
+    def half(v):  # the low half of a vector register (what a widened step extends)
+        return v.as_ymm if wide else v.as_xmm
+
     asm.LOAD.ARGUMENT(rdi, argument)
     done = Label()
     for field in ("m", "n"):
         CMP(asm.qword[A(field)[0]], 0)
         JZ(done)
-    if spec.comp:
-        MOV(rax.as_dword, 0x01010101)
+    if spec.comp:  # u8 ones (VPDPBUSD's), or s16 ones (VPMADDWD's)
+        MOV(rax.as_dword, 0x00010001 if widen else 0x01010101)
         asm.VMOVD(ones.as_xmm, rax.as_dword)
         asm.VPBROADCASTD(ones, ones.as_xmm)
-    if spec.s8_src:
+    if spec.s8_src and not widen:
         emit_bytes(path, c80, 0x80, rax)
     if wide:
         asm.KMOVQ(tail_k, A("tail_bytes"))
@@ -241,7 +256,16 @@ def _emit(spec: GemvSpec, argument) -> None:
         NEG(rsi)
 
     def source(tail: bool) -> None:
-        """x = the A row's next vector (masked in the tail), as u8."""
+        """x = the A row's next vector (masked in the tail), as u8; widened, its next
+        half vector as s16 (zero- or sign-extended: an s8 source needs no shift)."""
+        if widen:
+            extend = asm.VPMOVSXBW if spec.s8_src else asm.VPMOVZXBW
+            if tail and wide:
+                load(half(x)(tail_k.z), [r12])
+            elif tail:
+                asm.VPMASKMOVD(half(x), dmask.as_xmm, [r12])
+            extend(x, half(x) if tail else (asm.yword if wide else asm.oword)[r12 + rsi * 1])
+            return
         if tail and wide:
             load(x(tail_k.z), [r12])
         elif tail:
@@ -255,7 +279,20 @@ def _emit(spec: GemvSpec, argument) -> None:
 
     def steps(targets, operand, tail: bool) -> None:
         """targets[j] += dot(operand, column j's next vector); with the AVX-512 sums."""
+        twice = sums_in_loop and targets is acc  # (the loaded vector is read twice)
         for j, p in enumerate(ptrs):
+            if widen:  # the column's next half vector as s16, pairs times pairs (VPMADDWD)
+                if tail and wide:
+                    load(half(w)(tail_k.z), [p])
+                elif tail:
+                    asm.VPMASKMOVD(half(w), dmask.as_xmm, [p])
+                asm.VPMOVSXBW(w, half(w) if tail else (asm.yword if wide else asm.oword)[p + rsi * 1])
+                if twice:  # (dmask: AVX-512 has no use for it)
+                    asm.VPMADDWD(dmask, ones, w)
+                    asm.VPADDD(sums[j], sums[j], dmask)
+                asm.VPMADDWD(w, operand, w)
+                asm.VPADDD(targets[j], targets[j], w)
+                continue
             if tail and wide:
                 load(w(tail_k.z), [p])
             elif tail:
@@ -263,7 +300,7 @@ def _emit(spec: GemvSpec, argument) -> None:
             else:
                 load(w, [p + rsi * 1])
             asm.VPDPBUSD(targets[j], operand, w, vex=path.vex)
-            if sums_in_loop and targets is acc:
+            if twice:
                 asm.VPDPBUSD(sums[j], ones, w, vex=path.vex)
 
     def k_pass(targets, with_source: bool) -> None:
@@ -278,7 +315,7 @@ def _emit(spec: GemvSpec, argument) -> None:
         if with_source:
             source(tail=False)
         steps(targets, x if with_source else ones, tail=False)
-        ADD(rsi, vb)
+        ADD(rsi, spec.k_step)
         JNZ(loop)
         LABEL(tail)
         CMP(asm.qword[A("k_tail")[0]], 0)
@@ -320,7 +357,7 @@ def _emit(spec: GemvSpec, argument) -> None:
         k_pass(acc, with_source=True)
         if not spec.comp:
             return across(acc, x)
-        asm.VPBROADCASTD(x, asm.dword[A("ao")[0]])
+        asm.VPBROADCASTD(x, asm.dword[A("ao")[0]])  # (x: the next half reloads it)
         if sums_in_loop:  # acc -= ao * sums, lane by lane
             for a, s in zip(acc, sums):
                 asm.VPMULLD(s, s, x)

@@ -60,10 +60,11 @@ class GemvPlan:
                  threads: int) -> None:
         spec = kernel.meta["gemv"]
         self.kernel, self.out = kernel, out
-        vb, lanes, rows = spec.path.vector_bytes, spec.lanes, spec.layout == "rows"
+        lanes, rows = spec.lanes, spec.layout == "rows"
         if rows and M != spec.rows or not takes(spec.path, K, N if rows else None, M, spec.comp, spec.output):
             raise RuntimeError(f"internal: {spec.name} does not run M={M}, N={N}, K={K}")
-        whole, tail = (K // 4, K % 4) if rows else (K // vb * vb, K % vb)
+        step = spec.k_step
+        whole, tail = (K // 4, K % 4) if rows else (K // step * step, K % step)
         blocks = -(-N // lanes)
         threads = 1 if M * N * K < SMALL_WORK else threads
         dst_bytes = spec.output.dst_bytes
@@ -82,10 +83,13 @@ class GemvPlan:
         args_offsets()
         self.calls = CallPlan([[(kernel.function, s)] for s in self.structs])
 
-    def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, ao: int = 0) -> None:
+    def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
         """One kernel call per thread on this call's arrays (``w``: its first byte is the
-        first column's first) and compensation factor ``ao`` (the source's zero point, +
-        128 for s8: the kernel subtracts ``ao`` times each column's sum)."""
+        first column's first) and source zero point ``zp``: the kernel subtracts ``ao``
+        times each column's sum, ``ao`` the zero point (+ 128 for an s8 source on VNNI,
+        which reads it as u8)."""
+        spec = self.kernel.meta["gemv"]
+        ao = zp + (128 if spec.s8_src and spec.path.kind == "vnni" else 0)
         a_ptr, w_ptr, c_ptr = pointer_to(a), pointer_to(w), pointer_to(dst)
         ao = (ao + 2**31) % 2**32 - 2**31  # (wraps, as the kernel's sums do)
         for s, (w_off, c_off) in zip(self.structs, self.offsets):

@@ -43,6 +43,7 @@ from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from jit.gemv_kernel import gemv_kernel
 from jit.pack_kernel import VnniPacker, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
+from jit.dot import widening_path
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, refresh, run
 from primitives.gemv_driver import GemvPlan, reads_in_place, runs_in_place
 from primitives.checks import check_no_zero_dim
@@ -198,11 +199,16 @@ class _GemmBasedDesc(PrimitiveDesc):
         self._weights_order = tuple(weights_order)
         # Runtime weights whose columns are K contiguous bytes, times a few rows: read in
         # place (jit.gemv_kernel), not packed at every call.
+        # Exact steps only: VPDPBUSD, or widened where VPMADDUBSW could saturate.
         rows = M * batch if self.flat() else M
         layout = _in_place_layout(weights_md, self.kind, weights_order)
-        if layout is not None and runs_in_place(self.fast.path, rows, K, N if layout == "rows" else None,
-                                                self.output.col_comp, self.output):
-            self._in_place_layout, self._in_place_rows = layout, rows
+        path = self.fast.path if self.fast.path.kind == "vnni" else widening_path(self.isa) \
+            if policy == "exact" else None
+        # (the column sums: a zero point's, and on VNNI an s8 source's +128)
+        comp = SRC in attr.zero_points or self.src_s8 and self.fast.path.kind == "vnni"
+        if layout is not None and path is not None and runs_in_place(
+                path, rows, K, N if layout == "rows" else None, comp, self.output):
+            self._in_place_layout, self._in_place_rows, self._in_place_path = layout, rows, (path, comp)
             self._in_place = self._gemv_for(self.output)
         # The per-column vectors (scales, bias, ...) in whole tiles of the GEMM kernel's
         # and blocks of the in-place kernel's: their output stages read whole vectors.
@@ -247,8 +253,8 @@ class _GemmBasedDesc(PrimitiveDesc):
 
     def _gemv_for(self, output):
         """The in-place kernel for the output stage ``output``."""
-        return gemv_kernel(self.fast.path, self.src_s8, output.col_comp, output, self._in_place_layout,
-                           self._in_place_rows)
+        path, comp = self._in_place_path
+        return gemv_kernel(path, self.src_s8, comp, output, self._in_place_layout, self._in_place_rows)
 
     def _key_extra(self):
         return (self.kind,)
@@ -524,7 +530,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                     st.po_src[i] = base + {"common": 0, "col": 4 * c0, "row": 4 * r0, "full": r0 * 4 * N + 4 * c0}[kind]
                     st.po_ld[i] = 4 * N
             if w is not None:
-                plan.run(a_b, w, c_all[b], ao)
+                plan.run(a_b, w, c_all[b], zp_src)
             else:
                 run(plan, a, c_all[b])
             runs.append((plan, a4, a_b, repack, comp if repack not in (None, _in_place) and ao else None))

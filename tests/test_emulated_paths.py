@@ -114,13 +114,14 @@ def test_emulated_reorder_writes_what_the_cpu_writes(emulated, problem):
     _native_then_emulated(emulated, lambda: _reorder_case("avx2", problem)[0])
 
 
-@pytest.mark.parametrize("isa", ["avx512_core_vnni", "avx2_vnni"])
+@pytest.mark.parametrize("isa", ["avx512_core_vnni", "avx2_vnni", "avx512_core:widen", "avx2:widen"])
 @pytest.mark.parametrize("M,N,K,src_dt,zp", [(1, 21, 100, "u8", 0), (2, 8, 36, "s8", 0), (3, 19, 64, "u8", 5),
                                              (1, 40, 8, "s8", 3)])
 def test_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
-    """jit.gemv_kernel's columns kernel on both VNNI paths, emulated: the exact product
-    (the K loop and its masked tail, the compensation in the loop or in a second pass, the
-    lanes added across by VPUNPCK*, VPERM2I128 or VSHUFI64X2, a partial last block)."""
+    """jit.gemv_kernel's columns kernel on the VNNI and widening paths, emulated: the
+    exact product (the K loop and its masked tail, the compensation in the loop or in a
+    second pass, the lanes added across by VPUNPCK*, VPERM2I128 or VSHUFI64X2, a partial
+    last block)."""
     from tests.test_gemv import gemv_case
 
     got, want = gemv_case(np.random.default_rng(K), isa, M, N, K, src_dt, zp, gap=3)
@@ -209,10 +210,10 @@ def test_matmul_every_path_emulated(emulated, isa, p):
     assert_same_bits(dst, want)
 
 
-@pytest.mark.parametrize("isa", ["avx512_core_vnni", "avx2_vnni"])
+@pytest.mark.parametrize("isa", PATHS[1:])
 @EMULATED
 @given(p=problems())
-def test_in_place_matmul_every_vnni_path_emulated(emulated, isa, p):
+def test_in_place_matmul_every_path_emulated(emulated, isa, p):
     """The same with runtime weights as columns of K (ba) or rows of N (ab) and 1-4 rows:
     the in-place kernels' output stages (both of AVX2's, whole and partial blocks)."""
     p.update(M=1 + p["M"] % 4, K=min(p["K"], 70), N=min(p["N"], 40), packed=False,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jit.dot import fast_path
+from jit.dot import fast_path, path_for
 from jit.gemv_kernel import GemvSpec, gemv_kernel, rows_max, takes
 from jit.output import OutputSpec
 from primitives.attr import Attr
@@ -26,6 +26,15 @@ from tests.conftest import skip_reason
 
 VNNI = [pytest.param(isa, id=isa, marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
         for isa in ("avx512_core_vnni", "avx2_vnni")]
+# The columns kernel's paths: the VNNI ones, and the widening ones (exact without VNNI).
+COLUMNS = VNNI + [pytest.param(f"{isa}:widen", id=f"{isa}:widen",
+                               marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
+                  for isa in ("avx512_core", "avx2")]
+
+
+def _path(name: str):
+    """``isa`` (its fast path) or ``isa:kind``."""
+    return path_for(*name.split(":")) if ":" in name else fast_path(name)
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -38,18 +47,19 @@ def gemv_case(rng, isa: str, M: int, N: int, K: int, src_dt: str, zp: int, gap: 
         w = rng.integers(-128, 128, (N, K + gap)).astype(np.int8)[:, :K].T
     else:
         w = rng.integers(-128, 128, (K, N + gap)).astype(np.int8)[:, :N]
-    comp = s8 or zp != 0
-    kernel = gemv_kernel(fast_path(isa), s8, comp, OutputSpec(col_comp=False), layout, M)
+    path = _path(isa)
+    comp = zp != 0 or s8 and path.kind == "vnni"  # (a widened s8 source needs no shift)
+    kernel = gemv_kernel(path, s8, comp, OutputSpec(col_comp=False), layout, M)
     c = np.zeros((M, N), np.int32)
     threads = 1 + int(rng.integers(0, 3))
     ldw = w.strides[1] if layout == "columns" else w.strides[0]
     plan = GemvPlan(kernel, M, N, K, K, ldw, 4 * N, OutputArgs(col_comp=None), threads)
-    plan.run(a, w, c, zp + (128 if s8 else 0))
+    plan.run(a, w, c, zp)
     want = wrap_int32((a.astype(np.int64) - zp) @ w.astype(np.int64))
     return c, want
 
 
-@pytest.mark.parametrize("isa", VNNI)
+@pytest.mark.parametrize("isa", COLUMNS)
 @SETTINGS
 @given(M=st.integers(1, 5), N=st.integers(1, 70), K=st.integers(1, 300), src_dt=st.sampled_from(["u8", "s8"]),
        zp=st.sampled_from([0, 0, 3, -7, 300]), gap=st.sampled_from([0, 5]), seed=st.integers(0, 2**31))
@@ -57,8 +67,9 @@ def test_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed):
     """Every output of the kernel is the exact int32 sum of (A - zp) * W over K: any K
     (whole vectors, a masked tail, K below one vector; AVX2 whole dwords), any N (a
     partial last block of 16 or 8 columns, an AVX-512 block's second half absent), column
-    strides beyond K, u8 or s8 sources, zero points (the compensation), 1-3 threads."""
-    if not takes(fast_path(isa), K):
+    strides beyond K, u8 or s8 sources, zero points (the compensation), 1-3 threads; on
+    the VNNI paths and the widening ones (s16 pairs by VPMADDWD, half a vector a step)."""
+    if not takes(_path(isa), K):
         K = -(-K // 4) * 4
     got, want = gemv_case(np.random.default_rng(seed), isa, M, N, K, src_dt, zp, gap)
     np.testing.assert_array_equal(got, want)
@@ -83,7 +94,7 @@ def test_rows_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed)
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("isa", VNNI)
+@pytest.mark.parametrize("isa", COLUMNS)
 @pytest.mark.parametrize("layout", ["columns", "rows"])
 @pytest.mark.parametrize("K,N", [(64, 16), (100, 21), (36, 8), (7, 3), (5, 68)])
 def test_reads_only_its_buffers(guarded, isa, layout, K, N):
@@ -91,10 +102,10 @@ def test_reads_only_its_buffers(guarded, isa, layout, K, N):
     column's K tail masked, a partial block's missing columns read as the last one;
     rows: the last row's block masked past N, A's last K % 4 bytes read one by one), and
     dst's last row too: no read or write past them."""
-    path = fast_path(isa)
+    path = _path(isa)
     M = 2
     if not takes(path, K, N if layout == "rows" else None, M):
-        pytest.skip(f"{isa} takes whole dwords")
+        pytest.skip(f"{isa} takes whole dwords, and widened the columns kernel alone")
     rng = np.random.default_rng(K)
     a = guarded(M * K, np.uint8, "end").reshape(M, K)
     a[...] = rng.integers(0, 256, (M, K))
@@ -138,8 +149,7 @@ def test_inner_product_reads_runtime_weights_in_place(isa_path, src_dt, zp, monk
     lo = -128 if src_dt == "s8" else 0
     for M, K, N in ((1, 2048 // 16, 1000 // 16), (3, 68, 19), (MAX_ROWS, 16, 40)):
         pd = _ip(isa_path, M, K, N, src_dt, zp)
-        in_place = isa_path.endswith("vnni")
-        assert ("runtime_weights" in pd.impl_info()) is in_place
+        assert "runtime_weights" in pd.impl_info()  # (widened without VNNI)
         prim = pd.create()
         x = rng.integers(lo, lo + 256, (M, K)).astype(np.int8 if src_dt == "s8" else np.uint8)
         w = rng.integers(-128, 128, (N, K)).astype(np.int8)
@@ -147,8 +157,7 @@ def test_inner_product_reads_runtime_weights_in_place(isa_path, src_dt, zp, monk
         args = {"src": x, "weights": w, "dst": y}
         if zp is not None:
             args["zero_points:src"] = np.int32([zp])
-        if in_place:
-            monkeypatch.setattr(type(prim), "_weights", lambda *_: pytest.fail("weights packed"))
+        monkeypatch.setattr(type(prim), "_weights", lambda *_: pytest.fail("weights packed"))
         prim.execute(args)
         np.testing.assert_array_equal(y, (x.astype(np.int64) - (zp or 0)) @ w.T.astype(np.int64))
         run = prim.bind(args)
@@ -170,20 +179,28 @@ def _mm(isa, M, K, N, tag, src_dt="u8"):
 
 
 def test_what_still_packs(isa_path):
-    """Weights packed once through any, more rows than MAX_ROWS, and on AVX2 (16
+    """Weights packed once through any, more rows than MAX_ROWS, faithful without VNNI
+    (VPMADDUBSW's saturation is not in place), rows of N without VNNI, and on AVX2 (16
     registers, dword masks) a K or N that is no multiple of 4 and the rows kernel with
     compensation: no in-place kernel."""
-    vnni, zmm = isa_path.endswith("vnni"), isa_path == "avx512_core_vnni"
+    vnni, wide = isa_path.endswith("vnni"), isa_path.startswith("avx512")
     in_place = lambda pd: "runtime_weights" in pd.impl_info()  # noqa: E731
     assert not in_place(_ip(isa_path, MAX_ROWS + 1, 64, 16)) and not in_place(_mm(isa_path, 5, 64, 16, "ab"))
     packed = _ip(isa_path, 1, 64, 16)
     assert not in_place(InnerProductDesc(packed.src_desc(), desc((16, 64), "s8", "any"), packed.dst_desc(),
                                          isa=isa_path))
-    assert in_place(_ip(isa_path, 1, 64, 16)) is vnni and in_place(_ip(isa_path, 1, 66, 16)) is zmm
-    assert in_place(_mm(isa_path, 2, 66, 16, "ab")) is vnni and in_place(_mm(isa_path, 2, 64, 18, "ab")) is zmm
+    faithful = InnerProductDesc(packed.src_desc(), packed.weights_desc(), packed.dst_desc(),
+                                attr=Attr(policy="faithful"), isa=isa_path)
+    assert in_place(faithful) is vnni
+    assert in_place(_ip(isa_path, 1, 64, 16)) and in_place(_ip(isa_path, 1, 66, 16)) is wide
+    assert in_place(_mm(isa_path, 2, 66, 16, "ab")) is vnni and in_place(_mm(isa_path, 2, 64, 18, "ab")) is (
+        vnni and wide)
+    zmm = vnni and wide
     assert in_place(_mm(isa_path, 1, 64, 16, "ab", "s8")) is zmm and in_place(_mm(isa_path, 3, 64, 16, "ab")) is zmm
     if zmm:
         assert "gemv_rows1_" in _mm(isa_path, 1, 64, 16, "ab").impl_info()["runtime_weights"]
+    if not vnni:
+        assert "_widen" in _ip(isa_path, 1, 64, 16).impl_info()["runtime_weights"]
 
 
 def test_batched_attention_scores(isa_path):
@@ -196,7 +213,7 @@ def test_batched_attention_scores(isa_path):
     keys = rng.integers(-128, 128, (heads, seq, d)).astype(np.int8)
     pd = MatmulDesc(desc((heads, 1, d), "s8", "abc"), desc((heads, d, seq), "s8", "acb"),
                     desc((heads, 1, seq), "s32", "abc"), isa=isa_path)
-    assert ("runtime_weights" in pd.impl_info()) is isa_path.endswith("vnni")
+    assert "runtime_weights" in pd.impl_info()  # (on every path: widened without VNNI)
     prim = pd.create()
     scores = np.zeros((heads, 1, seq), np.int32)
     args = {"src": q, "weights": keys.transpose(0, 2, 1), "dst": scores}
