@@ -103,9 +103,8 @@ class GemvSpec:
     rows: int = 1  # the rows kernel's rows of A (every call's m); the columns kernel loops over any m
 
     def __post_init__(self):
-        if self.path.kind not in ("vnni", "widen") or self.path.kind == "widen" and self.layout == "rows":
-            raise ValueError(f"path: {self.path.name}; the in-place kernels run the exact steps (vnni; widen: "
-                             "the columns kernel only)")
+        if self.path.kind not in ("vnni", "widen"):
+            raise ValueError(f"path: {self.path.name}; the in-place kernels run the exact steps (vnni, widen)")
         if self.output.col_comp or self.output.row_comp:
             raise ValueError("output: col_comp and row_comp off (the kernel subtracts its own compensation)")
         if self.layout not in ("columns", "rows"):
@@ -127,8 +126,8 @@ class GemvSpec:
 
     @property
     def lanes(self) -> int:
-        """Columns a block: one output vector (columns), or four (rows)."""
-        return self.path.lanes * (4 if self.layout == "rows" else 1)
+        """Columns a block: one output vector (columns), or four (rows; widened two)."""
+        return self.path.lanes * (_row_vectors(self.path) if self.layout == "rows" else 1)
 
     @property
     def name(self) -> str:
@@ -144,9 +143,17 @@ def rows_max(path: Path, comp: bool, output: OutputSpec) -> int:
     loop's registers (4 weight vectors, 2 temporaries, A's broadcast, AVX2's dword mask;
     with compensation the sums, ones and 0x80) and the output stage's (with ones and
     0x80 kept for the next block)."""
-    loop = 4 + 2 + 1 + (path.bits == 256) + (6 if comp else 0)
-    stage = output_registers_needed(path, replace(output, col_comp=False), 4) + (2 if comp else 0)
-    return max(0, min(MAX_ROWS, (path.registers - max(loop, stage)) // 4))
+    nv, widen = _row_vectors(path), path.kind == "widen"
+    kept = (1 if widen else 2) if comp else 0  # ones (and 0x80)
+    loop = 4 + 2 + 1 + 2 * widen + (path.bits == 256) + (nv + kept if comp else 0)
+    stage = output_registers_needed(path, replace(output, col_comp=False), nv) + kept
+    return max(0, min(MAX_ROWS, (path.registers - max(loop, stage)) // nv))
+
+
+def _row_vectors(path: Path) -> int:
+    """Output vectors a block of the rows kernel: 4 (VPDPBUSD: a vector of each row's
+    bytes), or 2 (widened: half of one, sign-extended)."""
+    return 2 if path.kind == "widen" else 4
 
 
 def takes(path: Path, k: int, n: int | None = None, rows: int = 1, comp: bool = False,
@@ -158,8 +165,6 @@ def takes(path: Path, k: int, n: int | None = None, rows: int = 1, comp: bool = 
         return False
     if n is None:
         return path.bits == 512 or k % 4 == 0
-    if path.kind == "widen":
-        return False
     return (path.bits == 512 or n % 4 == 0) and rows <= rows_max(path, comp, output or OutputSpec(col_comp=False))
 
 
@@ -430,21 +435,25 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
     path, rows = spec.path, spec.rows
     off = args_offsets()
     A = lambda f: [rdi + off[f]]  # noqa: E731
-    wide = path.bits == 512
-    vb = path.vector_bytes
-    block = vb  # columns a block: a vector of each weight row's bytes, 4 output vectors
+    wide, widen = path.bits == 512, path.kind == "widen"
+    nv = _row_vectors(path)  # output vectors a block
+    block = spec.lanes  # columns a block: a vector of each weight row's bytes (widened: half)
     V = lambda i: vector_register(path, i)  # noqa: E731
-    acc = [[V(4 * i + g) for g in range(4)] for i in range(rows)]
-    nxt = 4 * rows
-    r = [V(nxt + j) for j in range(4)]  # the group's 4 weight rows, then its 4 column vectors
+    acc = [[V(nv * i + g) for g in range(nv)] for i in range(rows)]
+    nxt = nv * rows
+    r = [V(nxt + j) for j in range(4)]  # the group's 4 weight rows, then its column vectors
     t0, t1, x = V(nxt + 4), V(nxt + 5), V(nxt + 6)
     nxt += 7
+    p1 = prod = None
+    if widen:  # A's second pair, and a product
+        p1, prod, nxt = V(nxt), V(nxt + 1), nxt + 2
     dmask = None
     if not wide:
         dmask, nxt = V(nxt), nxt + 1
     c80 = sums = ones = None
     if spec.comp:
-        sums, ones, c80 = [V(nxt + g) for g in range(4)], V(nxt + 4), V(nxt + 5)
+        sums, ones = [V(nxt + g) for g in range(nv)], V(nxt + nv)
+        c80 = None if widen else V(nxt + nv + 1)
     xrows = [r8, r9, r10, r11][:rows]  # A's rows, at the group's 4 bytes
     kmask = asm.KRegister(physical_id=2)  # (the output stage's masks are k1..k4)
 
@@ -455,11 +464,11 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
     done = Label()
     CMP(asm.qword[A("n")[0]], 0)
     JZ(done)
-    if spec.comp:
-        MOV(rax.as_dword, 0x01010101)
+    if spec.comp:  # u8 ones (VPDPBUSD's), or s16 ones (VPMADDWD's)
+        MOV(rax.as_dword, 0x00010001 if widen else 0x01010101)
         asm.VMOVD(ones.as_xmm, rax.as_dword)
         asm.VPBROADCASTD(ones, ones.as_xmm)
-        if spec.s8_src:
+        if c80 is not None and spec.s8_src:
             emit_bytes(path, c80, 0x80, rax)
     MOV(rax, A("w"))
     MOV(A("w_cur"), rax)
@@ -467,16 +476,28 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
     XOR(r14.as_dword, r14.as_dword)  # the block's first column * 4 (the output stage's)
     XOR(r15.as_dword, r15.as_dword)  # the block's first row * 4: every block has all rows
 
+    def half(v):
+        return v.as_ymm if wide else v.as_xmm
+
     def load(reg, address) -> None:
-        """A row's block of weight bytes, zero past N."""
+        """A row's block of weight bytes, zero past N (widened: sign-extended to s16)."""
+        into = half(reg) if widen else reg
         if wide:
-            asm.VMOVDQU8(reg(kmask.z), address)
+            asm.VMOVDQU8(into(kmask.z), address)
         else:
-            asm.VPMASKMOVD(reg, dmask, address)
+            asm.VPMASKMOVD(into, dmask.as_xmm if widen else dmask, address)
+        if widen:
+            asm.VPMOVSXBW(reg, into)
 
     def group() -> None:
-        """The loaded rows r[0..3] interleaved into 4 vectors of column dwords, each times
-        every row of A's 4 bytes (broadcast; x, loaded by the caller for row 0 alone ...)."""
+        """The loaded rows r[0..3] interleaved into vectors of column dwords: 4 bytes of
+        a column each, or (widened) its pair of rows 0, 1 or of rows 2, 3 as s16."""
+        if widen:
+            asm.VPUNPCKLWD(t0, r[0], r[1])  # per 128 bits: columns 0-3, rows (0, 1)
+            asm.VPUNPCKHWD(r[0], r[0], r[1])  # columns 4-7
+            asm.VPUNPCKLWD(t1, r[2], r[3])  # columns 0-3, rows (2, 3)
+            asm.VPUNPCKHWD(r[2], r[2], r[3])
+            return
         asm.VPUNPCKLBW(t0, r[0], r[1])  # per 128 bits: (row 0, row 1) byte pairs of columns 0-7
         asm.VPUNPCKHBW(r[0], r[0], r[1])  # columns 8-15
         asm.VPUNPCKLBW(t1, r[2], r[3])
@@ -487,16 +508,31 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
         asm.VPUNPCKHWD(r[0], r[0], r[2])  # 12-15
 
     columns = lambda: [r[1], t0, r[3], r[0]]  # noqa: E731 (the group's vectors, in column order per 128 bits)
+    pairs = lambda: [(t0, t1), (r[0], r[2])]  # noqa: E731 (widened: columns 0-3, 4-7: rows 0-1, 2-3)
 
     def products(source) -> None:
         """acc[i][g] += dot(A row i's 4 bytes, vector g); ``source(i)`` fills x with them."""
         for i in range(rows):
             source(i)
+            if widen:  # A's pairs as s16: (0, 1) in every dword of x, (2, 3) of p1
+                (asm.VPMOVSXBW if spec.s8_src else asm.VPMOVZXBW)(x, half(x))
+                asm.VPSHUFD(p1, x, 0x55)
+                asm.VPSHUFD(x, x, 0x00)
+                for a, (low, high) in zip(acc[i], pairs()):
+                    for operand, v in ((x, low), (p1, high)):
+                        asm.VPMADDWD(prod, operand, v)
+                        asm.VPADDD(a, a, prod)
+                continue
             if spec.s8_src:
                 (asm.VPXORD if wide else asm.VPXOR)(x, x, c80)
             for a, v in zip(acc[i], columns()):
                 asm.VPDPBUSD(a, x, v, vex=path.vex)
-        if spec.comp:
+        if spec.comp and widen:
+            for s, (low, high) in zip(sums, pairs()):
+                for v in (low, high):
+                    asm.VPMADDWD(prod, ones, v)
+                    asm.VPADDD(s, s, prod)
+        elif spec.comp:
             for s, v in zip(sums, columns()):
                 asm.VPDPBUSD(s, ones, v, vex=path.vex)
 
@@ -580,10 +616,21 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
             for a, s in zip(row, sums):
                 asm.VPSUBD(a, a, s)
     # The 128-bit blocks back in column order: block b of vector g holds columns
-    # b*16 + 4g .. + 3 (per 128 bits, as the unpacks left them).
+    # b*16 + 4g .. + 3 (widened: b*8 + 4g .. + 3), as the unpacks left them.
     outs = []
     for a in acc:
-        if wide:  # a 4 x 4 transpose of 128-bit blocks
+        if widen and wide:  # [a0.b0 a1.b0 a0.b1 a1.b1], [a0.b2 a1.b2 a0.b3 a1.b3]
+            asm.VSHUFI64X2(r[0], a[0], a[1], 0x44)  # a0.b0 a0.b1 a1.b0 a1.b1
+            asm.VSHUFI64X2(r[1], a[0], a[1], 0xEE)
+            asm.VSHUFI64X2(a[0], r[0], r[0], 0xD8)
+            asm.VSHUFI64X2(a[1], r[1], r[1], 0xD8)
+            outs.append(list(a))
+        elif widen:  # columns 0-7 are a0.low a1.low, 8-15 the highs
+            asm.VPERM2I128(t0, a[0], a[1], 0x20)
+            asm.VPERM2I128(a[1], a[0], a[1], 0x31)
+            asm.VMOVDQA(a[0], t0)
+            outs.append(list(a))
+        elif wide:  # a 4 x 4 transpose of 128-bit blocks
             t = [r[0], r[1], r[2], r[3]]
             asm.VSHUFI64X2(t[0], a[0], a[1], 0x44)  # a0.b0 a0.b1 a1.b0 a1.b1
             asm.VSHUFI64X2(t[1], a[0], a[1], 0xEE)  # a0.b2 a0.b3 a1.b2 a1.b3
@@ -616,7 +663,7 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
     free = [V(i) for i in range(path.registers) if i not in live]
     ctx = OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
                         n_left=r13, c_row=lambda i: bases[i], free_vectors=free, free_gprs=[rax, rbx, rcx, rdx])
-    emit_output(ctx, outs, rows, 4)
+    emit_output(ctx, outs, rows, nv)
     ADD(asm.qword[A("w_cur")[0]], block)
     ADD(r14, 4 * block)
     asm.SUB(r13, block)

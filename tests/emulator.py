@@ -714,6 +714,13 @@ def _perm2i128(m: Machine, ins) -> None:
     m.vdst(ins, np.concatenate(out), 4)
 
 
+def _pshufd(m: Machine, ins) -> None:
+    """VPSHUFD: per 128 bits, dword i of the result is the source's dword imm8[2i+1:2i]."""
+    d = m.vsrc(ins, 1, m.cur.width).view(np.uint32).reshape(-1, 4)
+    imm = ins.immediate(2)
+    m.vdst(ins, d[:, [imm >> (2 * i) & 3 for i in range(4)]].reshape(-1), 4)
+
+
 def _shufps(m: Machine, ins) -> None:
     """VSHUFPS: per 128 bits, two dwords of src1 then two of src2, picked by imm8."""
     w = m.cur.width
@@ -958,5 +965,5 @@ _VECTOR = {
     V.VPUNPCKLDQ: _binary(_unpack(False), np.uint32, 4), V.VPUNPCKHDQ: _binary(_unpack(True), np.uint32, 4),
     V.VPUNPCKLQDQ: _binary(_unpack(False), np.uint64, 8), V.VPUNPCKHQDQ: _binary(_unpack(True), np.uint64, 8),
     V.VINSERTI128: _inserti128, V.VINSERTI32X4: _inserti128, V.VINSERTI64X4: _inserti256,
-    V.VPERM2I128: _perm2i128, V.VSHUFI64X2: _shufi64x2, V.VSHUFPS: _shufps,
+    V.VPERM2I128: _perm2i128, V.VSHUFI64X2: _shufi64x2, V.VSHUFPS: _shufps, V.VPSHUFD: _pshufd,
 }

@@ -130,11 +130,13 @@ def test_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
 
 @pytest.mark.parametrize("isa,M,N,K,src_dt,zp", [("avx512_core_vnni", 1, 70, 9, "u8", 0),
                                                  ("avx512_core_vnni", 4, 33, 6, "s8", 2),
-                                                 ("avx2_vnni", 2, 44, 11, "u8", 0), ("avx2_vnni", 1, 8, 4, "u8", 0)])
+                                                 ("avx2_vnni", 2, 44, 11, "u8", 0), ("avx2_vnni", 1, 8, 4, "u8", 0),
+                                                 ("avx512_core:widen", 3, 40, 7, "s8", 0),
+                                                 ("avx2:widen", 1, 20, 9, "u8", 5)])
 def test_rows_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
-    """The rows kernel, emulated: rows interleaved by VPUNPCK*, masked loads past N
-    (VMOVDQU8, VPMASKMOVD), the last 1-3 K rows, the blocks put back in column order
-    (VSHUFI64X2, VPERM2I128)."""
+    """The rows kernel, emulated: rows interleaved by VPUNPCK* (widened: sign-extended
+    first, A's pairs by VPSHUFD), masked loads past N (VMOVDQU8, VPMASKMOVD), the last
+    1-3 K rows, the blocks put back in column order (VSHUFI64X2, VPERM2I128)."""
     from tests.test_gemv import gemv_case
 
     got, want = gemv_case(np.random.default_rng(K), isa, M, N, K, src_dt, zp, 3, "rows")

@@ -26,8 +26,8 @@ from tests.conftest import skip_reason
 
 VNNI = [pytest.param(isa, id=isa, marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
         for isa in ("avx512_core_vnni", "avx2_vnni")]
-# The columns kernel's paths: the VNNI ones, and the widening ones (exact without VNNI).
-COLUMNS = VNNI + [pytest.param(f"{isa}:widen", id=f"{isa}:widen",
+# The kernels' paths: the VNNI ones, and the widening ones (exact without VNNI).
+EXACT = VNNI + [pytest.param(f"{isa}:widen", id=f"{isa}:widen",
                                marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
                   for isa in ("avx512_core", "avx2")]
 
@@ -59,7 +59,7 @@ def gemv_case(rng, isa: str, M: int, N: int, K: int, src_dt: str, zp: int, gap: 
     return c, want
 
 
-@pytest.mark.parametrize("isa", COLUMNS)
+@pytest.mark.parametrize("isa", EXACT)
 @SETTINGS
 @given(M=st.integers(1, 5), N=st.integers(1, 70), K=st.integers(1, 300), src_dt=st.sampled_from(["u8", "s8"]),
        zp=st.sampled_from([0, 0, 3, -7, 300]), gap=st.sampled_from([0, 5]), seed=st.integers(0, 2**31))
@@ -75,16 +75,17 @@ def test_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("isa", VNNI)
+@pytest.mark.parametrize("isa", EXACT)
 @SETTINGS
 @given(M=st.integers(1, 4), N=st.integers(1, 200), K=st.integers(1, 40), src_dt=st.sampled_from(["u8", "s8"]),
        zp=st.sampled_from([0, 0, 3, -7, 300]), gap=st.sampled_from([0, 5]), seed=st.integers(0, 2**31))
 def test_rows_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed):
     """The rows kernel (weights as K rows of N bytes): exact for the rows it holds, any K
     (groups of 4 rows, then the last 1-3 with the others zero and A's last bytes read one
-    by one), any N (the last block masked; AVX2 whole dwords), row strides beyond N."""
-    path = fast_path(isa)
-    comp = src_dt == "s8" or zp != 0
+    by one), any N (the last block masked; AVX2 whole dwords), row strides beyond N; the
+    VNNI kernels and the widening ones (the rows' pairs as s16)."""
+    path = _path(isa)
+    comp = zp != 0 or src_dt == "s8" and path.kind == "vnni"
     M = min(M, rows_max(path, comp, OutputSpec(col_comp=False)))
     if M == 0:
         return  # (AVX2's 16 registers hold no row beside the compensation's: packed, see below)
@@ -94,18 +95,18 @@ def test_rows_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed)
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("isa", COLUMNS)
+@pytest.mark.parametrize("isa", EXACT)
 @pytest.mark.parametrize("layout", ["columns", "rows"])
 @pytest.mark.parametrize("K,N", [(64, 16), (100, 21), (36, 8), (7, 3), (5, 68)])
 def test_reads_only_its_buffers(guarded, isa, layout, K, N):
     """A's last row and the weights' end against guard pages (columns: the last
     column's K tail masked, a partial block's missing columns read as the last one;
     rows: the last row's block masked past N, A's last K % 4 bytes read one by one), and
-    dst's last row too: no read or write past them."""
+    dst's last row too: no read or write past them; every exact path."""
     path = _path(isa)
     M = 2
     if not takes(path, K, N if layout == "rows" else None, M):
-        pytest.skip(f"{isa} takes whole dwords, and widened the columns kernel alone")
+        pytest.skip(f"{isa} takes whole dwords")
     rng = np.random.default_rng(K)
     a = guarded(M * K, np.uint8, "end").reshape(M, K)
     a[...] = rng.integers(0, 256, (M, K))
@@ -179,10 +180,10 @@ def _mm(isa, M, K, N, tag, src_dt="u8"):
 
 
 def test_what_still_packs(isa_path):
-    """Weights packed once through any, more rows than MAX_ROWS, faithful without VNNI
-    (VPMADDUBSW's saturation is not in place), rows of N without VNNI, and on AVX2 (16
-    registers, dword masks) a K or N that is no multiple of 4 and the rows kernel with
-    compensation: no in-place kernel."""
+    """Weights packed once through any, more rows than the kernels take, faithful
+    without VNNI (VPMADDUBSW's saturation is not done in place), and on AVX2 (16
+    registers, dword masks) a K or N that is no multiple of 4, and rows kernels whose
+    rows (or compensation) do not fit: no in-place kernel."""
     vnni, wide = isa_path.endswith("vnni"), isa_path.startswith("avx512")
     in_place = lambda pd: "runtime_weights" in pd.impl_info()  # noqa: E731
     assert not in_place(_ip(isa_path, MAX_ROWS + 1, 64, 16)) and not in_place(_mm(isa_path, 5, 64, 16, "ab"))
@@ -193,14 +194,12 @@ def test_what_still_packs(isa_path):
                                 attr=Attr(policy="faithful"), isa=isa_path)
     assert in_place(faithful) is vnni
     assert in_place(_ip(isa_path, 1, 64, 16)) and in_place(_ip(isa_path, 1, 66, 16)) is wide
-    assert in_place(_mm(isa_path, 2, 66, 16, "ab")) is vnni and in_place(_mm(isa_path, 2, 64, 18, "ab")) is (
-        vnni and wide)
-    zmm = vnni and wide
-    assert in_place(_mm(isa_path, 1, 64, 16, "ab", "s8")) is zmm and in_place(_mm(isa_path, 3, 64, 16, "ab")) is zmm
-    if zmm:
-        assert "gemv_rows1_" in _mm(isa_path, 1, 64, 16, "ab").impl_info()["runtime_weights"]
-    if not vnni:
-        assert "_widen" in _ip(isa_path, 1, 64, 16).impl_info()["runtime_weights"]
+    assert in_place(_mm(isa_path, 2, 66, 16, "ab")) and in_place(_mm(isa_path, 2, 64, 18, "ab")) is wide
+    ymm_vnni = isa_path == "avx2_vnni"  # (2 rows, and none beside an s8 source's compensation)
+    assert in_place(_mm(isa_path, 1, 64, 16, "ab", "s8")) is not ymm_vnni
+    assert in_place(_mm(isa_path, 3, 64, 16, "ab")) is not ymm_vnni
+    kernel = _mm(isa_path, 1, 64, 16, "ab").impl_info()["runtime_weights"]
+    assert "gemv_rows1_" in kernel and ("_widen" in kernel) is not vnni
 
 
 def test_batched_attention_scores(isa_path):
