@@ -26,6 +26,11 @@ come from the same loads (AVX-512: in the K loop) or from a second pass over the
 block's columns (AVX2, whose 16 registers do not hold both sets); it is exact, as the
 whole product is (VPDPBUSD does not saturate).
 
+The step is the path's (``jit.dot``): VPDPBUSD; VPMADDUBSW (``faithful`` without VNNI:
+A's bytes pair with the weights' as they do in the packed layout, (k, k+1) for even k,
+so the saturation is the packed kernels'); or widened (``exact`` without VNNI: A and the
+weights sign- or zero-extended to s16, VPMADDWD, half a vector of K a step).
+
 **Rows of N** (``layout="rows"``: a matmul's ``ab`` weights, K x N, ``ldw`` bytes
 between rows): the four rows of a K group interleaved in registers, as the packing
 kernel stores them, and every row of A (``rows``, 1-4: the code holds them all) takes
@@ -56,7 +61,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from jit.dot import Path, emit_bytes, fast_path, vector_constant, vector_register
+from jit.dot import Path, emit_bytes, emit_ones_s16, emit_step, fast_path, vector_constant, vector_register
 from jit.output import (OUTPUT_FIELDS, OutputContext, OutputSpec, args_cdef_fields, emit_output,
                         output_registers_needed)
 
@@ -79,6 +84,9 @@ SIGNATURE = "void (*)(struct i8j_gemv_args *)"
 FIELDS = ("a", "lda", "w", "ldw", "c", "ldc", "m", "n", "k_main", "k_tail", "tail_bytes", "tail_dwords", "ao",
           "a_cur", "c_cur", "w_cur", "m_left") + OUTPUT_FIELDS
 HALF = 8  # columns a K loop of the columns kernel carries
+# The steps (jit.dot): VPDPBUSD, VPMADDUBSW (faithful: saturating as the packed path's),
+# and the widening one (exact without VNNI).
+STEPS = ("vnni", "maddubsw", "widen")
 MAX_ROWS = 4  # rows of A the rows kernel holds
 
 
@@ -103,8 +111,8 @@ class GemvSpec:
     rows: int = 1  # the rows kernel's rows of A (every call's m); the columns kernel loops over any m
 
     def __post_init__(self):
-        if self.path.kind not in ("vnni", "widen"):
-            raise ValueError(f"path: {self.path.name}; the in-place kernels run the exact steps (vnni, widen)")
+        if self.path.kind not in STEPS:  # pragma: no cover - Path's kinds are these
+            raise ValueError(f"path: {self.path.name}; the in-place kernels run {', '.join(STEPS)}")
         if self.output.col_comp or self.output.row_comp:
             raise ValueError("output: col_comp and row_comp off (the kernel subtracts its own compensation)")
         if self.layout not in ("columns", "rows"):
@@ -112,8 +120,9 @@ class GemvSpec:
         most = rows_max(self.path, self.comp, self.output)
         if self.layout == "rows" and not 1 <= self.rows <= most:
             raise ValueError(f"rows: the rows kernel of {self.path.name} holds 1..{most} rows of A, not {self.rows}")
-        # (the columns kernel's stage has all but its result and 3 constants)
-        if self.layout == "columns" and output_registers_needed(self.path, self.output, 1) > self.path.registers - 4:
+        # (the columns kernel's stage has all but its result and 3-4 constants)
+        kept = 4 + (self.path.kind == "maddubsw")
+        if self.layout == "columns" and output_registers_needed(self.path, self.output, 1) > self.path.registers - kept:
             raise ValueError("output: the stage needs more registers than the columns kernel leaves it")
 
     @property
@@ -143,9 +152,9 @@ def rows_max(path: Path, comp: bool, output: OutputSpec) -> int:
     loop's registers (4 weight vectors, 2 temporaries, A's broadcast, AVX2's dword mask;
     with compensation the sums, ones and 0x80) and the output stage's (with ones and
     0x80 kept for the next block)."""
-    nv, widen = _row_vectors(path), path.kind == "widen"
-    kept = (1 if widen else 2) if comp else 0  # ones (and 0x80)
-    loop = 4 + 2 + 1 + 2 * widen + (path.bits == 256) + (nv + kept if comp else 0)
+    nv, widen, madd = _row_vectors(path), path.kind == "widen", path.kind == "maddubsw"
+    kept = ((1 if widen else 2) if comp else 0) + madd  # ones (and 0x80); VPMADDUBSW's s16 ones
+    loop = 4 + 2 + 1 + 2 * widen + 2 * madd + (path.bits == 256) + (nv + kept if comp else 0)
     stage = output_registers_needed(path, replace(output, col_comp=False), nv) + kept
     return max(0, min(MAX_ROWS, (path.registers - max(loop, stage)) // nv))
 
@@ -161,7 +170,7 @@ def takes(path: Path, k: int, n: int | None = None, rows: int = 1, comp: bool = 
     """Whether an in-place kernel of ``path`` runs this product: columns of K (``n``
     None) for any K on AVX-512, whole dwords on AVX2; rows of N for as many ``rows`` as
     the kernel holds, any N on AVX-512, whole dwords on AVX2."""
-    if path.kind not in ("vnni", "widen"):
+    if path.kind not in STEPS:
         return False
     if n is None:
         return path.bits == 512 or k % 4 == 0
@@ -209,6 +218,8 @@ def _emit(spec: GemvSpec, argument) -> None:
     sums = [V(HALF + j) for j in range(HALF)] if sums_in_loop else None
     nxt = 2 * HALF if sums_in_loop else HALF
     x, w, ones, c80, dmask, first = (V(nxt + i) for i in range(6))
+    madd = path.kind == "maddubsw"  # (its step's product and s16 ones)
+    tmp, ones16 = (V(nxt + 6), V(nxt + 7)) if madd else (None, None)
     ptrs = [rax, rbx, rcx, rdx, r8, r9, r10, r11]  # the 8 columns of a half
     tail_k = asm.KRegister(physical_id=2)  # (the output stage's masks are k1..)
     load = asm.VMOVDQU8 if wide else asm.VMOVDQU
@@ -230,6 +241,8 @@ def _emit(spec: GemvSpec, argument) -> None:
         asm.VPBROADCASTD(ones, ones.as_xmm)
     if spec.s8_src and not widen:
         emit_bytes(path, c80, 0x80, rax)
+    if madd:
+        emit_ones_s16(path, ones16, rax)
     if wide:
         asm.KMOVQ(tail_k, A("tail_bytes"))
     else:
@@ -304,9 +317,9 @@ def _emit(spec: GemvSpec, argument) -> None:
                 asm.VPMASKMOVD(w, dmask, [p])
             else:
                 load(w, [p + rsi * 1])
-            asm.VPDPBUSD(targets[j], operand, w, vex=path.vex)
+            emit_step(path, targets[j], operand, w, tmp, ones16)
             if twice:
-                asm.VPDPBUSD(sums[j], ones, w, vex=path.vex)
+                emit_step(path, sums[j], ones, w, tmp, ones16)
 
     def k_pass(targets, with_source: bool) -> None:
         """The K loop and its tail into ``targets`` (A's bytes, or ones: the column sums)."""
@@ -400,7 +413,7 @@ def _emit(spec: GemvSpec, argument) -> None:
         SHR(rbx, 2)
     ADD(rax, rbx)
     # (the constants every row's K loop reads stay: the stage takes the other registers)
-    kept = {result.physical_id} | {v.physical_id for v in (ones, c80, dmask)}
+    kept = {result.physical_id} | {v.physical_id for v in (ones, c80, dmask, ones16) if v is not None}
     free = [V(i) for i in range(path.registers) if i not in kept]
     ctx = OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
                         n_left=r13, c_row=lambda i: rax, free_vectors=free, free_gprs=[rbx, rcx, rdx, r8])
@@ -444,9 +457,11 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
     r = [V(nxt + j) for j in range(4)]  # the group's 4 weight rows, then its column vectors
     t0, t1, x = V(nxt + 4), V(nxt + 5), V(nxt + 6)
     nxt += 7
-    p1 = prod = None
+    p1 = prod = ones16 = None
     if widen:  # A's second pair, and a product
         p1, prod, nxt = V(nxt), V(nxt + 1), nxt + 2
+    elif path.kind == "maddubsw":  # the step's product and s16 ones
+        prod, ones16, nxt = V(nxt), V(nxt + 1), nxt + 2
     dmask = None
     if not wide:
         dmask, nxt = V(nxt), nxt + 1
@@ -470,6 +485,8 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
         asm.VPBROADCASTD(ones, ones.as_xmm)
         if c80 is not None and spec.s8_src:
             emit_bytes(path, c80, 0x80, rax)
+    if ones16 is not None:
+        emit_ones_s16(path, ones16, rax)
     MOV(rax, A("w"))
     MOV(A("w_cur"), rax)
     MOV(r13, A("n"))  # columns left, from the block's first
@@ -526,7 +543,7 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
             if spec.s8_src:
                 (asm.VPXORD if wide else asm.VPXOR)(x, x, c80)
             for a, v in zip(acc[i], columns()):
-                asm.VPDPBUSD(a, x, v, vex=path.vex)
+                emit_step(path, a, x, v, prod, ones16)
         if spec.comp and widen:
             for s, (low, high) in zip(sums, pairs()):
                 for v in (low, high):
@@ -534,7 +551,7 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
                     asm.VPADDD(s, s, prod)
         elif spec.comp:
             for s, v in zip(sums, columns()):
-                asm.VPDPBUSD(s, ones, v, vex=path.vex)
+                emit_step(path, s, ones, v, prod, ones16)
 
     def whole_dword(i) -> None:
         asm.VPBROADCASTD(x, asm.dword[xrows[i]])
@@ -659,7 +676,8 @@ def _emit_rows(spec: GemvSpec, argument) -> None:
     ADD(r11, r12)
     bases = [r12, r12 + rbp * 1, r12 + rbp * 2, r11]
     # (the constants every block's K loop reads stay: the stage takes the other registers)
-    live = {v.physical_id for row in outs for v in row} | {v.physical_id for v in (ones, c80) if v is not None}
+    live = {v.physical_id for row in outs for v in row} | {v.physical_id for v in (ones, c80, ones16)
+                                                           if v is not None}
     free = [V(i) for i in range(path.registers) if i not in live]
     ctx = OutputContext(path=path, spec=spec.output, args=rdi, offsets=off, col_bytes=r14, row_bytes=r15,
                         n_left=r13, c_row=lambda i: bases[i], free_vectors=free, free_gprs=[rax, rbx, rcx, rdx])

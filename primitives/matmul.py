@@ -6,8 +6,9 @@ int32 product runs on the GEMM microkernel (``jit.gemm_kernel``) and everything 
 it in the output pipeline generated into the same kernel (``jit.output``).
 
 * src: u8 or s8, dims (M, K) or (B, M, K), K contiguous; weights: s8 (K, N) or
-  (B, K, N), plain (packed at every execution) or ``any`` (the descriptor asks for its
-  packed layout; reorder the weights into it once); bias f32 or s32, one per column;
+  (B, K, N), plain (packed at every execution in machine code, or with 1-4 rows read in
+  place: ``jit.gemv_kernel``) or ``any`` (the descriptor asks for its packed layout;
+  reorder the weights into it once); bias f32 or s32, one per column;
   dst u8, s8, s32 or f32, N contiguous.
 * Attributes: scales for src (mask 0), weights (mask 0 or per N) and dst (mask 0);
   zero points for src (mask 0) and dst (mask 0 or per N); post-ops eltwise, sum and
@@ -199,14 +200,14 @@ class _GemmBasedDesc(PrimitiveDesc):
         self._weights_order = tuple(weights_order)
         # Runtime weights whose columns are K contiguous bytes, times a few rows: read in
         # place (jit.gemv_kernel), not packed at every call.
-        # Exact steps only: VPDPBUSD, or widened where VPMADDUBSW could saturate.
+        # The step: VPDPBUSD; without VNNI widened under exact (no proof per call),
+        # VPMADDUBSW under faithful (saturating as the packed path does).
         rows = M * batch if self.flat() else M
         layout = _in_place_layout(weights_md, self.kind, weights_order)
-        path = self.fast.path if self.fast.path.kind == "vnni" else widening_path(self.isa) \
-            if policy == "exact" else None
-        # (the column sums: a zero point's, and on VNNI an s8 source's +128)
-        comp = SRC in attr.zero_points or self.src_s8 and self.fast.path.kind == "vnni"
-        if layout is not None and path is not None and runs_in_place(
+        path = widening_path(self.isa) if self.fast.path.kind != "vnni" and policy == "exact" else self.fast.path
+        # (the column sums: a zero point's, and an s8 source's +128 but where widened)
+        comp = SRC in attr.zero_points or self.src_s8 and path.kind != "widen"
+        if layout is not None and runs_in_place(
                 path, rows, K, N if layout == "rows" else None, comp, self.output):
             self._in_place_layout, self._in_place_rows, self._in_place_path = layout, rows, (path, comp)
             self._in_place = self._gemv_for(self.output)

@@ -114,14 +114,15 @@ def test_emulated_reorder_writes_what_the_cpu_writes(emulated, problem):
     _native_then_emulated(emulated, lambda: _reorder_case("avx2", problem)[0])
 
 
-@pytest.mark.parametrize("isa", ["avx512_core_vnni", "avx2_vnni", "avx512_core:widen", "avx2:widen"])
+@pytest.mark.parametrize("isa", ["avx512_core_vnni", "avx2_vnni", "avx512_core:widen", "avx2:widen",
+                                 "avx512_core:maddubsw"])
 @pytest.mark.parametrize("M,N,K,src_dt,zp", [(1, 21, 100, "u8", 0), (2, 8, 36, "s8", 0), (3, 19, 64, "u8", 5),
                                              (1, 40, 8, "s8", 3)])
 def test_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
-    """jit.gemv_kernel's columns kernel on the VNNI and widening paths, emulated: the
-    exact product (the K loop and its masked tail, the compensation in the loop or in a
-    second pass, the lanes added across by VPUNPCK*, VPERM2I128 or VSHUFI64X2, a partial
-    last block)."""
+    """jit.gemv_kernel's columns kernel on the VNNI, widening and VPMADDUBSW paths,
+    emulated: the path's product (the K loop and its masked tail, the compensation in
+    the loop or in a second pass, the lanes added across by VPUNPCK*, VPERM2I128 or
+    VSHUFI64X2, a partial last block)."""
     from tests.test_gemv import gemv_case
 
     got, want = gemv_case(np.random.default_rng(K), isa, M, N, K, src_dt, zp, gap=3)
@@ -132,7 +133,8 @@ def test_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
                                                  ("avx512_core_vnni", 4, 33, 6, "s8", 2),
                                                  ("avx2_vnni", 2, 44, 11, "u8", 0), ("avx2_vnni", 1, 8, 4, "u8", 0),
                                                  ("avx512_core:widen", 3, 40, 7, "s8", 0),
-                                                 ("avx2:widen", 1, 20, 9, "u8", 5)])
+                                                 ("avx2:widen", 1, 20, 9, "u8", 5),
+                                                 ("avx512_core:maddubsw", 2, 70, 10, "s8", 0)])
 def test_rows_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
     """The rows kernel, emulated: rows interleaved by VPUNPCK* (widened: sign-extended
     first, A's pairs by VPSHUFD), masked loads past N (VMOVDQU8, VPMASKMOVD), the last

@@ -21,15 +21,16 @@ from primitives.gemm_driver import OutputArgs
 from primitives.gemv_driver import MAX_ROWS, GemvPlan
 from primitives.matmul import InnerProductDesc, MatmulDesc
 from primitives.memory import desc
-from primitives.reference import wrap_int32
+from primitives.reference import gemm_sum, wrap_int32
 from tests.conftest import skip_reason
 
 VNNI = [pytest.param(isa, id=isa, marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
         for isa in ("avx512_core_vnni", "avx2_vnni")]
-# The kernels' paths: the VNNI ones, and the widening ones (exact without VNNI).
-EXACT = VNNI + [pytest.param(f"{isa}:widen", id=f"{isa}:widen",
-                               marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
-                  for isa in ("avx512_core", "avx2")]
+# The kernels' paths: the VNNI ones, the widening ones (exact without VNNI) and the
+# VPMADDUBSW ones (faithful).
+PATHS = VNNI + [pytest.param(f"{isa}:{kind}", id=f"{isa}:{kind}",
+                             marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
+                for isa in ("avx512_core", "avx2") for kind in ("widen", "maddubsw")]
 
 
 def _path(name: str):
@@ -48,18 +49,19 @@ def gemv_case(rng, isa: str, M: int, N: int, K: int, src_dt: str, zp: int, gap: 
     else:
         w = rng.integers(-128, 128, (K, N + gap)).astype(np.int8)[:, :N]
     path = _path(isa)
-    comp = zp != 0 or s8 and path.kind == "vnni"  # (a widened s8 source needs no shift)
+    comp = zp != 0 or s8 and path.kind != "widen"  # (a widened s8 source needs no shift)
     kernel = gemv_kernel(path, s8, comp, OutputSpec(col_comp=False), layout, M)
     c = np.zeros((M, N), np.int32)
     threads = 1 + int(rng.integers(0, 3))
     ldw = w.strides[1] if layout == "columns" else w.strides[0]
     plan = GemvPlan(kernel, M, N, K, K, ldw, 4 * N, OutputArgs(col_comp=None), threads)
     plan.run(a, w, c, zp)
-    want = wrap_int32((a.astype(np.int64) - zp) @ w.astype(np.int64))
+    # (VPMADDUBSW: the saturating pairs of the packed path's model; the others exact)
+    want = wrap_int32(gemm_sum(a, np.ascontiguousarray(w), zp, 0, path.kind == "maddubsw"))
     return c, want
 
 
-@pytest.mark.parametrize("isa", EXACT)
+@pytest.mark.parametrize("isa", PATHS)
 @SETTINGS
 @given(M=st.integers(1, 5), N=st.integers(1, 70), K=st.integers(1, 300), src_dt=st.sampled_from(["u8", "s8"]),
        zp=st.sampled_from([0, 0, 3, -7, 300]), gap=st.sampled_from([0, 5]), seed=st.integers(0, 2**31))
@@ -75,7 +77,7 @@ def test_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("isa", EXACT)
+@pytest.mark.parametrize("isa", PATHS)
 @SETTINGS
 @given(M=st.integers(1, 4), N=st.integers(1, 200), K=st.integers(1, 40), src_dt=st.sampled_from(["u8", "s8"]),
        zp=st.sampled_from([0, 0, 3, -7, 300]), gap=st.sampled_from([0, 5]), seed=st.integers(0, 2**31))
@@ -85,7 +87,7 @@ def test_rows_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed)
     by one), any N (the last block masked; AVX2 whole dwords), row strides beyond N; the
     VNNI kernels and the widening ones (the rows' pairs as s16)."""
     path = _path(isa)
-    comp = zp != 0 or src_dt == "s8" and path.kind == "vnni"
+    comp = zp != 0 or src_dt == "s8" and path.kind != "widen"
     M = min(M, rows_max(path, comp, OutputSpec(col_comp=False)))
     if M == 0:
         return  # (AVX2's 16 registers hold no row beside the compensation's: packed, see below)
@@ -95,7 +97,7 @@ def test_rows_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed)
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("isa", EXACT)
+@pytest.mark.parametrize("isa", PATHS)
 @pytest.mark.parametrize("layout", ["columns", "rows"])
 @pytest.mark.parametrize("K,N", [(64, 16), (100, 21), (36, 8), (7, 3), (5, 68)])
 def test_reads_only_its_buffers(guarded, isa, layout, K, N):
@@ -116,20 +118,20 @@ def test_reads_only_its_buffers(guarded, isa, layout, K, N):
     c = guarded(M * N, np.int8, "end").reshape(M, N)
     kernel = gemv_kernel(path, False, False, OutputSpec(col_comp=False, float_mode=True, dst_dt="s8"), layout, M)
     GemvPlan(kernel, M, N, K, K, K if layout == "columns" else N, N, OutputArgs(col_comp=None), 1).run(a, w, c)
-    exact = a.astype(np.int64) @ w.astype(np.int64)
-    np.testing.assert_array_equal(c, np.clip(exact, -128, 127))
+    want = gemm_sum(a, np.ascontiguousarray(w), 0, 0, path.kind == "maddubsw")
+    np.testing.assert_array_equal(c, np.clip(want, -128, 127))
 
 
 def test_spec_refuses_what_it_cannot_do():
     plain = OutputSpec(col_comp=False)
-    with pytest.raises(ValueError, match="^path: avx2:maddubsw"):
-        GemvSpec(fast_path("avx2"), False, False, plain)
+    with pytest.raises(ValueError, match="^layout: expected 'columns' or 'rows', got 'tiles'"):
+        GemvSpec(fast_path("avx2"), False, False, plain, "tiles")
     with pytest.raises(ValueError, match="^output: col_comp and row_comp off"):
         GemvSpec(fast_path("avx512_core_vnni"), False, False, OutputSpec())
     with pytest.raises(ValueError, match="^rows: the rows kernel of avx2_vnni:vnni holds 1..0 rows of A, not 1"):
         GemvSpec(fast_path("avx2_vnni"), True, True, plain, "rows", 1)
     zmm, ymm = fast_path("avx512_core_vnni"), fast_path("avx2_vnni")
-    assert takes(zmm, 7) and not takes(ymm, 7) and takes(ymm, 8) and not takes(fast_path("avx512_core"), 8)
+    assert takes(zmm, 7) and not takes(ymm, 7) and takes(ymm, 8) and takes(fast_path("avx512_core"), 7)
     assert rows_max(zmm, True, plain) == 4 and rows_max(ymm, False, plain) == 2 and rows_max(ymm, True, plain) == 0
     assert takes(zmm, 7, 9, 4, True) and takes(ymm, 7, 12, 2) and not takes(ymm, 7, 10, 2)
 
@@ -180,10 +182,10 @@ def _mm(isa, M, K, N, tag, src_dt="u8"):
 
 
 def test_what_still_packs(isa_path):
-    """Weights packed once through any, more rows than the kernels take, faithful
-    without VNNI (VPMADDUBSW's saturation is not done in place), and on AVX2 (16
-    registers, dword masks) a K or N that is no multiple of 4, and rows kernels whose
-    rows (or compensation) do not fit: no in-place kernel."""
+    """Weights packed once through any, more rows than the kernels take, and on AVX2
+    (16 registers, dword masks) a K or N that is no multiple of 4, and rows kernels whose
+    rows (or compensation) do not fit: no in-place kernel. (faithful without VNNI: in
+    place, by VPMADDUBSW; exact: widened.)"""
     vnni, wide = isa_path.endswith("vnni"), isa_path.startswith("avx512")
     in_place = lambda pd: "runtime_weights" in pd.impl_info()  # noqa: E731
     assert not in_place(_ip(isa_path, MAX_ROWS + 1, 64, 16)) and not in_place(_mm(isa_path, 5, 64, 16, "ab"))
@@ -192,7 +194,7 @@ def test_what_still_packs(isa_path):
                                          isa=isa_path))
     faithful = InnerProductDesc(packed.src_desc(), packed.weights_desc(), packed.dst_desc(),
                                 attr=Attr(policy="faithful"), isa=isa_path)
-    assert in_place(faithful) is vnni
+    assert in_place(faithful) and ("_widen" in faithful.impl_info()["runtime_weights"]) is False
     assert in_place(_ip(isa_path, 1, 64, 16)) and in_place(_ip(isa_path, 1, 66, 16)) is wide
     assert in_place(_mm(isa_path, 2, 66, 16, "ab")) and in_place(_mm(isa_path, 2, 64, 18, "ab")) is wide
     ymm_vnni = isa_path == "avx2_vnni"  # (2 rows, and none beside an s8 source's compensation)
