@@ -199,21 +199,24 @@ def test_dump_asm_gemm_exact_picks_widening_on_random_weights(capsys):
     _check_step(out, "widen")
 
 
-@pytest.mark.parametrize("isa", ["avx512_core_vnni", "avx2_vnni"])
+@pytest.mark.parametrize("isa", LADDER)
 @pytest.mark.parametrize("a_type", ["u8", "s8"])
-def test_dump_asm_gemv(capsys, isa, a_type):
-    """The in-place kernel of runtime weights on both VNNI paths (generated where the CPU
-    lacks one): VPDPBUSD in its path's encoding, the lanes added across, masked K tails;
-    an s8 source's compensation (the column sums by ones) in the kernel's name."""
-    from jit.gemv_kernel import gemv_kernel  # noqa: F401 (the module the listing names)
-
-    status, out, err = _dump(capsys, "gemv", "--isa", isa, "--a-type", a_type, "--fused")
+@pytest.mark.parametrize("policy", ["exact", "faithful"])
+def test_dump_asm_gemv(capsys, isa, a_type, policy):
+    """The in-place kernel of runtime weights on every path (generated where the CPU
+    lacks one): VPDPBUSD in its path's encoding, widened under exact without VNNI,
+    VPMADDUBSW under faithful; the lanes added across, masked K tails; an s8 source's
+    compensation (the column sums by ones; none widened) in the kernel's name."""
+    status, out, err = _dump(capsys, "gemv", "--isa", isa, "--a-type", a_type, "--fused", "--policy", policy)
     assert status == 0, err
-    _check_step(out, "vnni")
+    vnni, wide = isa.endswith("vnni"), isa.startswith("avx512")
+    kind = "vnni" if vnni else "widen" if policy == "exact" else "maddubsw"
+    _check_step(out, kind)
     low = out.lower()
-    assert "vpunpckhqdq" in low and ("vshufi64x2" if isa == "avx512_core_vnni" else "vperm2i128") in low
-    assert ("vmovdqu8" if isa == "avx512_core_vnni" else "vpmaskmovd") in low
-    assert f"gemv_{a_type}s8u8_{isa}{'_comp' if a_type == 's8' else ''} [{isa}]" in out
+    assert "vpunpckhqdq" in low and ("vshufi64x2" if wide else "vperm2i128") in low
+    assert ("vmovdqu8" if wide else "vpmaskmovd") in low
+    comp = "_comp" if a_type == "s8" and kind != "widen" else ""
+    assert f"gemv_{a_type}s8u8_{isa}{'_widen' if kind == 'widen' else ''}{comp} [{isa}]" in out
 
 
 def test_dump_asm_att_syntax(capsys):
@@ -250,7 +253,7 @@ def test_dump_asm_list(capsys):
     (["demo", "--isa", "avx9"], "unknown ISA 'avx9'"),
     (["peak", "--isa", "avx2_vnni", "--kind", "widen"], "no widening path"),
     (["gemm", "--m", "4", "--isa", "avx2"], "--n"),
-    (["gemv", "--isa", "avx2"], "avx2 has no VPDPBUSD"),
+    (["gemv", "--policy", "halve_weights"], "halve_weights is convolution's"),
     ([], "--list"),
     (["demo", "--syntax", "nasm"], "invalid choice"),
 ])

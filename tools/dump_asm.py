@@ -23,7 +23,8 @@ Kernels (``--list``)::
     pack   the kernels that pack B for the VNNI paths (runtime weights, reorders into
            any): from rows of N bytes, 8 and 16 columns a pass, and from columns of K
     gemv   the kernel that reads an inner product's runtime weights in place (batch
-           1-4, VNNI paths) [--a-type u8|s8] [--dst u8|s8|s32|f32] [--fused]
+           1-4) [--a-type u8|s8] [--dst u8|s8|s32|f32] [--fused] [--policy exact|faithful]
+           (without VNNI: widened under exact, VPMADDUBSW under faithful)
 
 A path the CPU lacks is generated and disassembled all the same (mapping code needs no
 CPU support); it is never executed. Examples::
@@ -264,22 +265,24 @@ def _pack(args, isa: str):
 def _gemv(args, isa: str):
     """The in-place kernel of a batch-1 inner product 2048 -> 1000 with plain weights on
     ``isa`` (its output stage from a descriptor on the CPU's own ISA where it lacks ``isa``)."""
-    from jit.dot import fast_path
+    from jit.dot import fast_path, widening_path
     from jit.gemv_kernel import gemv_kernel
     from primitives.attr import Attr, PostOps
     from primitives.matmul import InnerProductDesc
     from primitives.memory import desc
     from runtime.isa import cpu_supports, effective_isa
 
+    if args.policy == "halve_weights":
+        raise UsageError("gemv: --policy halve_weights is convolution's; an inner product takes exact or faithful")
     path = fast_path(isa)
-    if path.kind != "vnni":
-        raise UsageError(f"gemv: {isa} has no VPDPBUSD; runtime weights are packed there (try --isa "
-                         "avx512_core_vnni or avx2_vnni)")
-    attr = Attr(scales={"src": 0, "weights": 1}, post_ops=PostOps().eltwise("relu")) if args.fused else Attr()
+    if path.kind != "vnni" and args.policy == "exact":  # (widened: exact without a proof)
+        path = widening_path(isa)
+    attr = Attr(scales={"src": 0, "weights": 1}, post_ops=PostOps().eltwise("relu"), policy=args.policy) \
+        if args.fused else Attr(policy=args.policy)
     pd = InnerProductDesc(desc((1, 2048), args.a_type, "ab"), desc((1000, 2048), "s8", "ab"),
                           desc((1, 1000), args.dst, "ab"), desc((1000,), "f32", "a") if args.fused else None,
                           attr=attr, isa=isa if cpu_supports(isa) else effective_isa())
-    kernel = gemv_kernel(path, pd.src_s8, pd.output.col_comp, pd.output)
+    kernel = gemv_kernel(path, pd.src_s8, pd.src_s8 and path.kind != "widen", pd.output)
     return [f"inner product 1x2048 -> 1000, {args.a_type} -> {args.dst}, weights read in place: "
             f"{kernel.meta['gemv']}"], [kernel]
 
