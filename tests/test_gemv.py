@@ -21,7 +21,7 @@ from primitives.gemm_driver import OutputArgs
 from primitives.gemv_driver import MAX_ROWS, GemvPlan
 from primitives.matmul import InnerProductDesc, MatmulDesc
 from primitives.memory import desc
-from primitives.reference import gemm_sum, wrap_int32
+from primitives.reference import gemm_sum, output_pipeline, wrap_int32
 from tests.conftest import skip_reason
 
 VNNI = [pytest.param(isa, id=isa, marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
@@ -223,3 +223,31 @@ def test_batched_attention_scores(isa_path):
         np.testing.assert_array_equal(scores, q.astype(np.int64) @ keys.transpose(0, 2, 1).astype(np.int64))
         keys[...] = rng.integers(-128, 128, keys.shape)
     assert prim._replay_for(args) is not None  # (elsewhere packed per call in machine code: replayed too)
+
+
+def test_batched_attention_values(isa_path):
+    """Attention's second product at decode: each head's probabilities (one u8 row, 2
+    rows for two queries) times that head's values, ``abc`` (items x K x N: rows of N),
+    read in place by the rows kernel where its rows fit (AVX2 VNNI: u8 without a zero
+    point, N % 4 == 0), with per-column scales and a u8 dst; then new values replayed."""
+    rng = np.random.default_rng(12)
+    heads, seq, d = 12, 77, 64
+    for rows in (1, 2):
+        probs = rng.integers(0, 256, (heads, rows, seq)).astype(np.uint8)
+        values = rng.integers(-128, 128, (heads, seq, d)).astype(np.int8)
+        attr = Attr(scales={"weights": 4})
+        pd = MatmulDesc(desc((heads, rows, seq), "u8", "abc"), desc((heads, seq, d), "s8", "abc"),
+                        desc((heads, rows, d), "u8", "abc"), attr=attr, isa=isa_path)
+        assert "gemv_rows" in pd.impl_info()["runtime_weights"]
+        prim = pd.create()
+        out = np.zeros((heads, rows, d), np.uint8)
+        scale = np.full(d, 1 / 2048, np.float32)
+        args = {"src": probs, "weights": values, "dst": out, "scales:weights": scale}
+        for _ in range(2):
+            prim.execute(args)
+            for h in range(heads):
+                exact = wrap_int32(gemm_sum(probs[h], values[h], 0, 0, False))
+                want = output_pipeline(exact, dst_dt="u8", scale=scale)
+                np.testing.assert_array_equal(out[h], want)
+            values[...] = rng.integers(-128, 128, values.shape)
+        assert prim._replay_for(args) is not None
