@@ -34,14 +34,14 @@ from runtime.threads import split
 # Rows of A up to which reading the weights in place beats packing them (the columns
 # kernel reads every weight column again for each row, from L1/L2; the rows kernel holds
 # at most 4): docs/performance.md.
-MAX_ROWS = 4
+IN_PLACE_ROWS = 4
 
 
 def runs_in_place(path, rows: int, k: int, n: int | None = None, comp: bool = False, output=None) -> bool:
     """Whether a product of ``rows`` rows with weights of K = ``k`` runs in place: given
     as columns of contiguous K bytes (``n`` None: an OC x K inner product's, a ``ba``
     matmul's), or as rows of ``n`` contiguous bytes (an ``ab`` matmul's)."""
-    return rows <= MAX_ROWS and takes(path, k, n, rows, comp, output)
+    return rows <= IN_PLACE_ROWS and takes(path, k, n, rows, comp, output)
 
 
 def reads_in_place(w_kn: np.ndarray, layout: str) -> bool:

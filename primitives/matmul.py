@@ -198,10 +198,10 @@ class _GemmBasedDesc(PrimitiveDesc):
         self._set_desc(DST, dst_md)
         self._set_desc(BIAS, bias_md)
         self._weights_order = tuple(weights_order)
-        # Runtime weights whose columns are K contiguous bytes, times a few rows: read in
-        # place (jit.gemv_kernel), not packed at every call.
-        # The step: VPDPBUSD; without VNNI widened under exact (no proof per call),
-        # VPMADDUBSW under faithful (saturating as the packed path does).
+        # Runtime weights (columns of K or rows of N contiguous bytes) times 1-4 rows: read
+        # in place (jit.gemv_kernel), not packed at every call. The step: VPDPBUSD; without
+        # VNNI widened under exact (no proof per call), VPMADDUBSW under faithful
+        # (saturating as the packed path does).
         rows = M * batch if self.flat() else M
         layout = _in_place_layout(weights_md, self.kind, weights_order)
         path = widening_path(self.isa) if self.fast.path.kind != "vnni" and policy == "exact" else self.fast.path
@@ -387,7 +387,7 @@ def _packed_with_the_first() -> None:
     """A batch item's runtime weights need no packing of their own: item 0's packed them all."""
 
 
-def _in_place() -> None:
+def _read_in_place() -> None:
     """Runtime weights read in place need no packing: a replay runs the kernels alone."""
 
 
@@ -506,7 +506,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             w = self._in_place_weights(mem[WEIGHTS], b)
             comp = a4 = None
             if w is not None:  # read in place: no packing, the kernel subtracts the compensation
-                plan, repack = self._gemv_plan(w, views, rows, output, b), _in_place
+                plan, repack = self._gemv_plan(w, views, rows, output, b), _read_in_place
             else:
                 packed, choice, repack = self._weights(mem[WEIGHTS], b, views)
 
@@ -534,7 +534,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 plan.run(a_b, w, c_all[b], zp_src)
             else:
                 run(plan, a, c_all[b])
-            runs.append((plan, a4, a_b, repack, comp if repack not in (None, _in_place) and ao else None))
+            runs.append((plan, a4, a_b, repack, comp if repack is not None and ao else None))
         return self._replay(runs, keep, mem[WEIGHTS].desc.is_packed) if kept else None
 
     def _replay(self, runs: list, keep: list, packed_weights: bool) -> Replay | None:
@@ -548,7 +548,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if not (runtime and len({id(r[0]) for r in runs}) == len(runs) or packed_weights and len(runs) == 1):
             return None
         K = self.pd.K
-        if len(runs) == 1 and runs[0][1] is None and runs[0][3] in (None, _in_place):
+        if len(runs) == 1 and runs[0][1] is None and runs[0][3] in (None, _read_in_place):
             # One GEMM on the caller's arrays is repeated by its kernel calls alone. (A
             # partial, not the bound method: a replay can outlive the plan's place in
             # self._plans, and keeps the plan, and what its structs point into, alive.)

@@ -18,7 +18,7 @@ from jit.gemv_kernel import GemvSpec, gemv_kernel, rows_max, takes
 from jit.output import OutputSpec
 from primitives.attr import Attr
 from primitives.gemm_driver import OutputArgs
-from primitives.gemv_driver import MAX_ROWS, GemvPlan
+from primitives.gemv_driver import IN_PLACE_ROWS, GemvPlan
 from primitives.matmul import InnerProductDesc, MatmulDesc
 from primitives.memory import desc
 from primitives.reference import gemm_sum, output_pipeline, wrap_int32
@@ -150,7 +150,7 @@ def test_inner_product_reads_runtime_weights_in_place(isa_path, src_dt, zp, monk
     (on every path: elsewhere the weights are packed per call, widened)."""
     rng = np.random.default_rng(7)
     lo = -128 if src_dt == "s8" else 0
-    for M, K, N in ((1, 2048 // 16, 1000 // 16), (3, 68, 19), (MAX_ROWS, 16, 40)):
+    for M, K, N in ((1, 2048 // 16, 1000 // 16), (3, 68, 19), (IN_PLACE_ROWS, 16, 40)):
         pd = _ip(isa_path, M, K, N, src_dt, zp)
         assert "runtime_weights" in pd.impl_info()  # (widened without VNNI)
         prim = pd.create()
@@ -188,7 +188,7 @@ def test_what_still_packs(isa_path):
     place, by VPMADDUBSW; exact: widened.)"""
     vnni, wide = isa_path.endswith("vnni"), isa_path.startswith("avx512")
     in_place = lambda pd: "runtime_weights" in pd.impl_info()  # noqa: E731
-    assert not in_place(_ip(isa_path, MAX_ROWS + 1, 64, 16)) and not in_place(_mm(isa_path, 5, 64, 16, "ab"))
+    assert not in_place(_ip(isa_path, IN_PLACE_ROWS + 1, 64, 16)) and not in_place(_mm(isa_path, 5, 64, 16, "ab"))
     packed = _ip(isa_path, 1, 64, 16)
     assert not in_place(InnerProductDesc(packed.src_desc(), desc((16, 64), "s8", "any"), packed.dst_desc(),
                                          isa=isa_path))

@@ -264,13 +264,13 @@ def _pack(args, isa: str):
 
 def _gemv(args, isa: str):
     """The in-place kernel of a batch-1 inner product 2048 -> 1000 with plain weights on
-    ``isa`` (its output stage from a descriptor on the CPU's own ISA where it lacks ``isa``)."""
+    ``isa``: its output stage made by ``output_plan``, as the descriptor makes it (no
+    descriptor: it would need the ISA on this CPU; the kernel is generated, not run)."""
     from jit.dot import fast_path, widening_path
     from jit.gemv_kernel import gemv_kernel
     from primitives.attr import Attr, PostOps
-    from primitives.matmul import InnerProductDesc
     from primitives.memory import desc
-    from runtime.isa import cpu_supports, effective_isa
+    from primitives.pipeline import output_plan
 
     if args.policy == "halve_weights":
         raise UsageError("gemv: --policy halve_weights is convolution's; an inner product takes exact or faithful")
@@ -279,10 +279,10 @@ def _gemv(args, isa: str):
         path = widening_path(isa)
     attr = Attr(scales={"src": 0, "weights": 1}, post_ops=PostOps().eltwise("relu"), policy=args.policy) \
         if args.fused else Attr(policy=args.policy)
-    pd = InnerProductDesc(desc((1, 2048), args.a_type, "ab"), desc((1000, 2048), "s8", "ab"),
-                          desc((1, 1000), args.dst, "ab"), desc((1000,), "f32", "a") if args.fused else None,
-                          attr=attr, isa=isa if cpu_supports(isa) else effective_isa())
-    kernel = gemv_kernel(path, pd.src_s8, pd.src_s8 and path.kind != "widen", pd.output)
+    s8 = args.a_type == "s8"
+    output = output_plan(attr, desc((1, 1000), args.dst, "ab"), desc((1000,), "f32", "a") if args.fused else None,
+                         None, col_comp=s8).spec
+    kernel = gemv_kernel(path, s8, s8 and path.kind != "widen", output)
     return [f"inner product 1x2048 -> 1000, {args.a_type} -> {args.dst}, weights read in place: "
             f"{kernel.meta['gemv']}"], [kernel]
 
