@@ -22,20 +22,22 @@ from primitives.gemv_driver import IN_PLACE_ROWS, GemvPlan
 from primitives.matmul import InnerProductDesc, MatmulDesc
 from primitives.memory import desc
 from primitives.reference import gemm_sum, output_pipeline, wrap_int32
-from tests.conftest import skip_reason
+from tests.conftest import EMULATE, skip_reason
 
-VNNI = [pytest.param(isa, id=isa, marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
-        for isa in ("avx512_core_vnni", "avx2_vnni")]
-# The kernels' paths: the VNNI ones, the widening ones (exact without VNNI) and the
-# VPMADDUBSW ones (faithful).
-PATHS = VNNI + [pytest.param(f"{isa}:{kind}", id=f"{isa}:{kind}",
-                             marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) else [])
-                for isa in ("avx512_core", "avx2") for kind in ("widen", "maddubsw")]
+# The kernels' paths, (isa, step): the VNNI ones, the widening ones (exact without VNNI)
+# and the VPMADDUBSW ones (faithful). Skipped where the CPU lacks the ISA, but under
+# INT8JIT_TEST_EMULATE (tests/conftest.py: an ``isa`` the CPU lacks runs emulated).
+PATHS = [pytest.param(isa, kind, id=f"{isa}:{kind}" if kind else isa,
+                      marks=[pytest.mark.skip(reason=skip_reason(isa))] if skip_reason(isa) and not EMULATE else [])
+         for isa, kind in (("avx512_core_vnni", None), ("avx2_vnni", None), ("avx512_core", "widen"),
+                           ("avx2", "widen"), ("avx512_core", "maddubsw"), ("avx2", "maddubsw"))]
 
 
-def _path(name: str):
-    """``isa`` (its fast path) or ``isa:kind``."""
-    return path_for(*name.split(":")) if ":" in name else fast_path(name)
+def _path(name: str, kind: str | None = None):
+    """``name``'s path: ``isa`` (its fast path, or its ``kind``) or ``isa:kind``."""
+    if ":" in name:
+        name, kind = name.split(":")
+    return path_for(name, kind)
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -61,51 +63,51 @@ def gemv_case(rng, isa: str, M: int, N: int, K: int, src_dt: str, zp: int, gap: 
     return c, want
 
 
-@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("isa,kind", PATHS)
 @SETTINGS
 @given(M=st.integers(1, 5), N=st.integers(1, 70), K=st.integers(1, 300), src_dt=st.sampled_from(["u8", "s8"]),
        zp=st.sampled_from([0, 0, 3, -7, 300]), gap=st.sampled_from([0, 5]), seed=st.integers(0, 2**31))
-def test_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed):
+def test_gemv_equals_the_exact_product(isa, kind, M, N, K, src_dt, zp, gap, seed):
     """Every output of the kernel is the exact int32 sum of (A - zp) * W over K: any K
     (whole vectors, a masked tail, K below one vector; AVX2 whole dwords), any N (a
     partial last block of 16 or 8 columns, an AVX-512 block's second half absent), column
     strides beyond K, u8 or s8 sources, zero points (the compensation), 1-3 threads; on
     the VNNI paths and the widening ones (s16 pairs by VPMADDWD, half a vector a step)."""
-    if not takes(_path(isa), K):
+    if not takes(_path(isa, kind), K):
         K = -(-K // 4) * 4
-    got, want = gemv_case(np.random.default_rng(seed), isa, M, N, K, src_dt, zp, gap)
+    got, want = gemv_case(np.random.default_rng(seed), f"{isa}:{kind or 'vnni'}", M, N, K, src_dt, zp, gap)
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("isa,kind", PATHS)
 @SETTINGS
 @given(M=st.integers(1, 4), N=st.integers(1, 200), K=st.integers(1, 40), src_dt=st.sampled_from(["u8", "s8"]),
        zp=st.sampled_from([0, 0, 3, -7, 300]), gap=st.sampled_from([0, 5]), seed=st.integers(0, 2**31))
-def test_rows_gemv_equals_the_exact_product(isa, M, N, K, src_dt, zp, gap, seed):
+def test_rows_gemv_equals_the_exact_product(isa, kind, M, N, K, src_dt, zp, gap, seed):
     """The rows kernel (weights as K rows of N bytes): exact for the rows it holds, any K
     (groups of 4 rows, then the last 1-3 with the others zero and A's last bytes read one
     by one), any N (the last block masked; AVX2 whole dwords), row strides beyond N; the
     VNNI kernels and the widening ones (the rows' pairs as s16)."""
-    path = _path(isa)
+    path = _path(isa, kind)
     comp = zp != 0 or src_dt == "s8" and path.kind != "widen"
     M = min(M, rows_max(path, comp, OutputSpec(col_comp=False)))
     if M == 0:
         return  # (AVX2's 16 registers hold no row beside the compensation's: packed, see below)
     if path.bits == 256:
         N = -(-N // 4) * 4
-    got, want = gemv_case(np.random.default_rng(seed), isa, M, N, K, src_dt, zp, gap, "rows")
+    got, want = gemv_case(np.random.default_rng(seed), f"{isa}:{kind or 'vnni'}", M, N, K, src_dt, zp, gap, "rows")
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("isa", PATHS)
+@pytest.mark.parametrize("isa,kind", PATHS)
 @pytest.mark.parametrize("layout", ["columns", "rows"])
 @pytest.mark.parametrize("K,N", [(64, 16), (100, 21), (36, 8), (7, 3), (5, 68)])
-def test_reads_only_its_buffers(guarded, isa, layout, K, N):
+def test_reads_only_its_buffers(guarded, isa, kind, layout, K, N):
     """A's last row and the weights' end against guard pages (columns: the last
     column's K tail masked, a partial block's missing columns read as the last one;
     rows: the last row's block masked past N, A's last K % 4 bytes read one by one), and
     dst's last row too: no read or write past them; every exact path."""
-    path = _path(isa)
+    path = _path(isa, kind)
     M = 2
     if not takes(path, K, N if layout == "rows" else None, M):
         pytest.skip(f"{isa} takes whole dwords")
