@@ -185,7 +185,6 @@ def gemv_kernel(path: Path, s8_src: bool, comp: bool, output: OutputSpec, layout
     """The kernel from the caches (generated on a miss), its spec in ``meta["gemv"]``."""
     from jit import cache
 
-    args_offsets()  # declares the struct for callers
     spec = GemvSpec(path, s8_src, comp, replace(output, col_comp=False), layout, rows if layout == "rows" else 1)
     kernel = cache.get_kernel(("gemv", spec), lambda: generate(spec))
     kernel.meta["gemv"] = spec

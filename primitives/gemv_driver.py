@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from jit.gemv_kernel import args_offsets, takes
+from jit.gemv_kernel import ARGS_CDEF, SIGNATURE, takes
 from primitives.gemm_driver import SMALL_WORK, OutputArgs, set_output_args
-from runtime.ffi import ffi, pointer_to
+from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import split
+
+# (at import: cffi parses a struct's text the first time, 2-3 ms, which a first creation
+# from the disk cache would otherwise pay)
+declare(ARGS_CDEF, (SIGNATURE, "struct i8j_gemv_args *"))
 
 # Rows of A up to which reading the weights in place beats packing them (the columns
 # kernel reads every weight column again for each row, from L1/L2; the rows kernel holds
@@ -80,7 +84,6 @@ class GemvPlan:
             self.structs.append(s)
             self.offsets.append((c0 if rows else c0 * ldw, c0 * dst_bytes))
             self.chunks.append((c0, 0))
-        args_offsets()
         self.calls = CallPlan([[(kernel.function, s)] for s in self.structs])
 
     def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
