@@ -132,12 +132,18 @@ def candidates(isa: str, policy: str, n: int) -> list[Choice]:
 
 
 def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None,
-                 proof: bool = True) -> tuple[PackedB, Choice]:
+                 proof: bool = True, runtime: bool = False) -> tuple[PackedB, Choice]:
     """The decision for the K x N weights ``b_kn`` and the weights packed for it (the
     unsafe pairs and the saturation proof taken once, for both); ``nr`` as :func:`decide`'s.
     Where the decision needs no proof (a VNNI path, or ``faithful``: VPMADDUBSW reads
     the same layout), the packing is machine code (``jit.pack_kernel``) and the proof,
-    which ``Gemm.impl_info`` reports, is taken only with ``proof``."""
+    which ``Gemm.impl_info`` reports, is taken only with ``proof``. ``runtime``: weights
+    packed for one call, which under ``exact`` without VNNI widen (machine code, no proof:
+    the proof and the split cost more per call than widening does)."""
+    if runtime and policy == "exact" and fast_path(isa).kind != "vnni" and vnni_packs(b_kn):
+        choice = candidates(isa, policy, b_kn.shape[1])[-1]  # (the widening one)
+        return pack_vnni(b_kn, choice.path, choice.nr), dataclasses.replace(
+            choice, reason="exact: B given at execution, widened (no proof per call)")
     if fast_path(isa).kind == "vnni" or policy == "faithful":
         choice = decide(isa, policy, None, b_kn.shape[1], nr=nr)
         if vnni_packs(b_kn):
@@ -281,7 +287,7 @@ class Gemm:
             return None, decide(self.isa, self.policy, None, self.N)
         b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
             else B[: self.K, : self.N]
-        return pack_weights(b_kn, self.isa, self.policy, proof=proof)
+        return pack_weights(b_kn, self.isa, self.policy, proof=proof, runtime=not proof)
 
     def _kernel(self, choice: Choice, spec: OutputSpec):
         key = (choice.path, choice.nr, choice.residual, spec)
@@ -510,6 +516,7 @@ def gemm(A: np.ndarray, B: np.ndarray, *, ao: int = 0, bo: int = 0, policy: str 
     A = np.ascontiguousarray(A)
     B = np.ascontiguousarray(B)
     C = np.zeros((M, N), np.int32)
-    g = Gemm(M, N, K, a_type="u8" if A.dtype == np.uint8 else "s8", B=B, policy=policy, isa=isa, threads=threads)
-    g.execute(A, C, ao=ao, bo=bo)
+    # (B given at execution: packed for this one call, as the one-off calls pack it)
+    g = Gemm(M, N, K, a_type="u8" if A.dtype == np.uint8 else "s8", policy=policy, isa=isa, threads=threads)
+    g.execute(A, C, B=B, ao=ao, bo=bo)
     return C
