@@ -361,12 +361,14 @@ def test_bad_input(bad):
             MatmulDesc(src, wei, dst, attr=Attr(policy="halve_weights"))
 
 
-def test_user_scratchpad_two_threads(isa_path):
-    """One primitive run from two threads at once, each with its own user scratchpad."""
+@pytest.mark.parametrize("M", [33, 2])
+def test_user_scratchpad_two_threads(isa_path, M):
+    """One primitive run from two threads at once, each with its own user scratchpad
+    (M = 2: runtime weights read in place, tests/test_gemv.py)."""
     from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(5)
-    M, K, N = 33, 70, 45
+    K, N = 70, 45
     attr = Attr(scales={"weights": 2}, scratchpad_mode="user")
     pd = MatmulDesc(desc((M, K), "u8", "ab"), desc((K, N), "s8", "ab"), desc((M, N), "s8", "ab"), attr=attr,
                     isa=isa_path, threads=1)
