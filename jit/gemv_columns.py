@@ -3,13 +3,13 @@ product's OC x K, a matmul's ``ba``): see ``jit.gemv_kernel``."""
 from __future__ import annotations
 
 from jit.dot import emit_bytes, emit_ones_s16, emit_step, vector_register
-from jit.gemv_kernel import HALF, GemvSpec, args_offsets
+from jit.gemv_kernel import HALF, GemvSpec, args_offsets, end_of_block
 from jit.output import OutputContext, emit_output
 
 
 def emit_columns(spec: GemvSpec, argument) -> None:
     from jit import asm
-    from jit.asm import (ADD, CMP, DEC, JG, JNZ, JZ, LABEL, MOV, NEG, SHL, SHR, TEST, XOR, Label, rax, rbp, rbx,
+    from jit.asm import (ADD, CMP, DEC, JNZ, JZ, LABEL, MOV, NEG, SHL, SHR, TEST, XOR, Label, rax, rbp, rbx,
                          rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14, r15)
 
     path = spec.path
@@ -81,23 +81,29 @@ def emit_columns(spec: GemvSpec, argument) -> None:
         ADD(r12, rsi)
         NEG(rsi)
 
+    def fetch(reg, base, tail: bool, extend=None) -> None:
+        """reg = the next vector of K bytes at ``base`` (+ rsi; the tail masked past K),
+        or with ``extend`` the next half vector, extended to s16."""
+        into = half(reg) if extend else reg
+        if tail and wide:
+            load(into(tail_k.z), [base])
+        elif tail:
+            asm.VPMASKMOVD(into, dmask.as_xmm if extend else dmask, [base])
+        elif extend:
+            extend(reg, (asm.yword if wide else asm.oword)[base + rsi * 1])
+            return
+        else:
+            load(reg, [base + rsi * 1])
+        if extend:
+            extend(reg, into)
+
     def source(tail: bool) -> None:
         """x = the A row's next vector (masked in the tail), as u8; widened, its next
         half vector as s16 (zero- or sign-extended: an s8 source needs no shift)."""
         if widen:
-            extend = asm.VPMOVSXBW if spec.s8_src else asm.VPMOVZXBW
-            if tail and wide:
-                load(half(x)(tail_k.z), [r12])
-            elif tail:
-                asm.VPMASKMOVD(half(x), dmask.as_xmm, [r12])
-            extend(x, half(x) if tail else (asm.yword if wide else asm.oword)[r12 + rsi * 1])
+            fetch(x, r12, tail, asm.VPMOVSXBW if spec.s8_src else asm.VPMOVZXBW)
             return
-        if tail and wide:
-            load(x(tail_k.z), [r12])
-        elif tail:
-            asm.VPMASKMOVD(x, dmask, [r12])
-        else:
-            load(x, [r12 + rsi * 1])
+        fetch(x, r12, tail)
         if spec.s8_src:
             asm.VPXOR(x, x, c80) if not wide else asm.VPXORD(x, x, c80)
             if tail:  # the bytes past K back to zero (they were 0x80 after the xor)
@@ -108,23 +114,14 @@ def emit_columns(spec: GemvSpec, argument) -> None:
         twice = sums_in_loop and targets is acc  # (the loaded vector is read twice)
         for j, p in enumerate(ptrs):
             if widen:  # the column's next half vector as s16, pairs times pairs (VPMADDWD)
-                if tail and wide:
-                    load(half(w)(tail_k.z), [p])
-                elif tail:
-                    asm.VPMASKMOVD(half(w), dmask.as_xmm, [p])
-                asm.VPMOVSXBW(w, half(w) if tail else (asm.yword if wide else asm.oword)[p + rsi * 1])
+                fetch(w, p, tail, asm.VPMOVSXBW)
                 if twice:  # (dmask: AVX-512 has no use for it)
                     asm.VPMADDWD(dmask, ones, w)
                     asm.VPADDD(sums[j], sums[j], dmask)
                 asm.VPMADDWD(w, operand, w)
                 asm.VPADDD(targets[j], targets[j], w)
                 continue
-            if tail and wide:
-                load(w(tail_k.z), [p])
-            elif tail:
-                asm.VPMASKMOVD(w, dmask, [p])
-            else:
-                load(w, [p + rsi * 1])
+            fetch(w, p, tail)
             emit_step(path, targets[j], operand, w, tmp, ones16)
             if twice:
                 emit_step(path, sums[j], ones, w, tmp, ones16)
@@ -235,9 +232,4 @@ def emit_columns(spec: GemvSpec, argument) -> None:
     MOV(rax, A("ldw"))
     SHL(rax, lanes.bit_length() - 1)
     ADD(A("w_cur"), rax)
-    ADD(r14, 4 * lanes)
-    asm.SUB(r13, lanes)
-    JG(block)
-    LABEL(done)
-    asm.VZEROUPPER()
-    asm.RETURN()
+    end_of_block(block, done, lanes)

@@ -191,6 +191,20 @@ def gemv_kernel(path: Path, s8_src: bool, comp: bool, output: OutputSpec, layout
     return kernel
 
 
+def end_of_block(next_block, done, columns: int) -> None:
+    """Both kernels' end of a column block (their w_cur already past it): r14 (the block's
+    first column * 4) and r13 (the columns left) past its ``columns``, the next block while
+    any is left; then the return."""
+    from jit import asm
+
+    asm.ADD(asm.r14, 4 * columns)
+    asm.SUB(asm.r13, columns)
+    asm.JG(next_block)
+    asm.LABEL(done)
+    asm.VZEROUPPER()
+    asm.RETURN()
+
+
 def generate(spec: GemvSpec):
     """Generate the kernel's code (PeachPy); see :func:`gemv_kernel`."""
     from jit import asm

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jit.dot import emit_bytes, emit_ones_s16, emit_step, vector_constant, vector_register
-from jit.gemv_kernel import GemvSpec, args_offsets, row_vectors
+from jit.gemv_kernel import GemvSpec, args_offsets, end_of_block, row_vectors
 from jit.output import OutputContext, emit_output
 
 
@@ -11,7 +11,7 @@ def emit_rows(spec: GemvSpec, argument) -> None:
     """The rows kernel (see the module docstring): every row of A at once, blocks of 4
     vectors of columns."""
     from jit import asm
-    from jit.asm import (ADD, CMP, DEC, JE, JG, JNZ, JZ, LABEL, LEA, MOV, SHL, SHR, TEST, XOR, Label, rax, rbp,
+    from jit.asm import (ADD, CMP, DEC, JE, JNZ, JZ, LABEL, LEA, MOV, SHL, SHR, TEST, XOR, Label, rax, rbp,
                          rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14, r15)
 
     path, rows = spec.path, spec.rows
@@ -252,9 +252,4 @@ def emit_rows(spec: GemvSpec, argument) -> None:
                         n_left=r13, c_row=lambda i: bases[i], free_vectors=free, free_gprs=[rax, rbx, rcx, rdx])
     emit_output(ctx, outs, rows, nv)
     ADD(asm.qword[A("w_cur")[0]], block)
-    ADD(r14, 4 * block)
-    asm.SUB(r13, block)
-    JG(blk)
-    LABEL(done)
-    asm.VZEROUPPER()
-    asm.RETURN()
+    end_of_block(blk, done, block)
