@@ -155,16 +155,22 @@ class VnniPacker:
         # or a bound call may still pack with this packer)
         self._code = pack_kernel(columns, wide, widen) if groups and n else None
         self._k16 = -(-k // (4 * QUAD)) * 4 * QUAD  # (columns: K in whole quads of groups)
-        # Threads take ranges of whole tiles (their columns, packed bytes and sums).
-        self._parts = []
-        for t0, t1 in split(tiles, threads) if self._code is not None else ():
+        # Threads take ranges of whole tiles (their columns, packed bytes and sums) of every
+        # item, or, with fewer tiles than threads, ranges of a batch's items (attention's
+        # heads: 64 columns, one tile, 12 items).
+        by_items = tiles < threads <= items
+        self._parts = []  # (first item, first column, struct)
+        ranges = [((i0, i1), (0, tiles)) for i0, i1 in split(items, threads)] if by_items else \
+            [((0, items), t) for t in split(tiles, threads)]
+        for (i0, i1), (t0, t1) in ranges if self._code is not None else ():
             c0, c1 = t0 * tile_n, min(self._n8, t1 * tile_n)  # columns
             args = ffi.new("struct i8j_pack_args *", dict(groups=groups, chunks=(c1 - c0) // self._width,
                                                           tile_bytes=4 * tile_n, tile_stride=size // tiles,
-                                                          items=items, dst_item=size, sums_item=4 * tiles * tile_n))
-            args.dst, args.colsum = pointer_to(data) + t0 * (size // tiles), pointer_to(self._sums) + 4 * c0
-            self._parts.append((c0, args))
-        self._calls = CallPlan([[(self._code.function, args)] for _, args in self._parts]) if self._parts else None
+                                                          items=i1 - i0, dst_item=size, sums_item=4 * tiles * tile_n))
+            args.dst = pointer_to(data) + i0 * size + t0 * (size // tiles)
+            args.colsum = pointer_to(self._sums) + 4 * (i0 * tiles * tile_n + c0)
+            self._parts.append((i0, c0, args))
+        self._calls = CallPlan([[(self._code.function, args)] for *_, args in self._parts]) if self._parts else None
         self._src = None  # the array the structs' src points into (kept alive with them)
 
     def __call__(self, b):
@@ -190,9 +196,10 @@ class VnniPacker:
             src = self._padded
         if src is not self._src:
             base = pointer_to(src)
-            for c0, args in self._parts:  # (a part's columns: its rows, when they are columns)
-                args.src = base + (c0 * src.strides[1] if self.columns else c0)
-                args.ldb, args.src_item = src.strides[1], src.strides[0] if self.items > 1 else 0
+            for i0, c0, args in self._parts:  # (a part's columns: its rows, when they are columns)
+                item = src.strides[0] if self.items > 1 else 0
+                args.src = base + i0 * item + (c0 * src.strides[1] if self.columns else c0)
+                args.ldb, args.src_item = src.strides[1], item
             self._src = src
         if self._calls is not None:
             self._sums[...] = 0  # (the kernel adds each block's sums)

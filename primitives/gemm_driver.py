@@ -205,12 +205,17 @@ def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, 
     return Plan(kernel, structs, offsets, firsts, keep, CallPlan([[(kernel.function, s)] for s in structs]))
 
 
-def run(plan: Plan, a: np.ndarray, dst: np.ndarray, a_offset: int = 0, dst_offset: int = 0) -> None:
-    """One kernel call per chunk, with A and the dst at the given byte offsets."""
+def point(plan: Plan, a: np.ndarray, dst: np.ndarray, a_offset: int = 0, dst_offset: int = 0) -> None:
+    """The plan's structs at A and the dst (at the given byte offsets)."""
     a_ptr, c_ptr = pointer_to(a) + a_offset, pointer_to(dst) + dst_offset
     for s, (a_off, c_off) in zip(plan.structs, plan.offsets):
         s.a = a_ptr + a_off
         s.c = c_ptr + c_off
+
+
+def run(plan: Plan, a: np.ndarray, dst: np.ndarray, a_offset: int = 0, dst_offset: int = 0) -> None:
+    """One kernel call per chunk, with A and the dst at the given byte offsets."""
+    point(plan, a, dst, a_offset, dst_offset)
     plan.calls.run()
 
 

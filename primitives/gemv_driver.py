@@ -86,15 +86,19 @@ class GemvPlan:
             self.chunks.append((c0, 0))
         self.calls = CallPlan([[(kernel.function, s)] for s in self.structs])
 
-    def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
-        """One kernel call per thread on this call's arrays (``w``: its first byte is the
-        first column's first) and source zero point ``zp``: the kernel subtracts ``ao``
-        times each column's sum, ``ao`` the zero point (+ 128 for an s8 source, read as
-        u8 but where widened)."""
+    def point(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
+        """The structs at this call's arrays (``w``: its first byte is the first column's
+        first) and source zero point ``zp``: the kernel subtracts ``ao`` times each
+        column's sum, ``ao`` the zero point (+ 128 for an s8 source, read as u8 but where
+        widened)."""
         spec = self.kernel.meta["gemv"]
         ao = zp + (128 if spec.s8_src and spec.path.kind != "widen" else 0)
         a_ptr, w_ptr, c_ptr = pointer_to(a), pointer_to(w), pointer_to(dst)
         ao = (ao + 2**31) % 2**32 - 2**31  # (wraps, as the kernel's sums do)
         for s, (w_off, c_off) in zip(self.structs, self.offsets):
             s.a, s.w, s.c, s.ao = a_ptr, w_ptr + w_off, c_ptr + c_off, ao
+
+    def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
+        """:meth:`point`, then one kernel call per thread."""
+        self.point(a, w, dst, zp)
         self.calls.run()

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 from jit.dot import fast_path, path_for
 from jit.gemv_kernel import GemvSpec, gemv_kernel, rows_max, takes
 from jit.output import OutputSpec
-from primitives.attr import Attr
+from primitives.attr import Attr, PostOps
 from primitives.gemm_driver import OutputArgs
 from primitives.gemv_driver import IN_PLACE_ROWS, GemvPlan
 from primitives.matmul import InnerProductDesc, MatmulDesc
 from primitives.memory import desc
 from primitives.reference import gemm_sum, output_pipeline, wrap_int32
-from tests.conftest import EMULATE, skip_reason
+from tests.conftest import EMULATE, faithful_model, skip_reason
 
 # The kernels' paths, (isa, step): the VNNI ones, the widening ones (exact without VNNI)
 # and the VPMADDUBSW ones (faithful). Skipped where the CPU lacks the ISA, but under
@@ -253,3 +253,41 @@ def test_batched_attention_values(isa_path):
                 np.testing.assert_array_equal(out[h], want)
             values[...] = rng.integers(-128, 128, values.shape)
         assert prim._replay_for(args) is not None
+
+
+@pytest.mark.parametrize("M,src_dt,zp", [(16, "u8", None), (1, "s8", 3), (2, "u8", 5)])
+def test_batch_items_spread_over_threads(isa_path, M, src_dt, zp, monkeypatch):
+    """A batch of 12 items with runtime weights on two threads: items that need nothing
+    of each other (packed without a compensation, or read in place) run whole on one
+    thread each, dealt in turn, with a binary operand per item; exact, and replayed with
+    new values as one hand-off. (M = 2 with a zero point: packed on AVX2 VNNI, whose rows
+    kernel has no room for the compensation: per item on both threads.)"""
+    rng = np.random.default_rng(M)
+    B, K, N = 12, 40, 24
+    lo = -128 if src_dt == "s8" else 0
+    src = rng.integers(lo, lo + 256, (B, M, K)).astype(np.int8 if src_dt == "s8" else np.uint8)
+    wei = rng.integers(-128, 128, (B, K, N)).astype(np.int8)
+    add = rng.uniform(-3, 3, (B, 1, N)).astype(np.float32)
+    attr = Attr(zero_points={"src": 0} if zp is not None else None, post_ops=PostOps().binary(
+        "add", desc((B, 1, N), "f32", "abc")))
+    pd = MatmulDesc(desc((B, M, K), src_dt, "abc"), desc((B, K, N), "s8", "abc"), desc((B, M, N), "f32", "abc"),
+                    attr=attr, isa=isa_path, threads=2)
+    prim = pd.create()
+    dst = np.zeros((B, M, N), np.float32)
+    args = {"src": src, "weights": wei, "dst": dst, "post_op:0:src_1": add}
+    if zp is not None:
+        args["zero_points:src"] = np.int32([zp])
+    saturating = faithful_model("exact", isa_path)
+    for step in range(3):
+        if step:
+            wei[...] = rng.integers(-128, 128, wei.shape)
+            monkeypatch.setattr(prim, "_execute", lambda *_: pytest.fail("_execute ran: the replay was not taken"))
+        prim.execute(args)
+        for b in range(B):
+            exact = wrap_int32(gemm_sum(src[b], wei[b], zp or 0, 0, saturating))
+            want = output_pipeline(exact, dst_dt="f32", post_ops=[("binary", "add", add[b])])
+            np.testing.assert_array_equal(dst[b], want, err_msg=f"{step} {b}")
+        monkeypatch.undo()
+    run = prim._replay_for(args).run
+    if zp is None or "runtime_weights" in pd.impl_info():  # spread: one plan of two threads
+        assert run.joined.threads == 2 and all(p.calls.threads == 1 for p in run.plans)

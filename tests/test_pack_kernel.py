@@ -49,6 +49,22 @@ def test_pack_equals_numpy(k, n, nr, isa, layout, items, threads, seed):
 
 
 @pytest.mark.parametrize("columns", [False, True])
+@pytest.mark.parametrize("threads,items", [(2, 5), (3, 3), (2, 12)])
+def test_threads_split_items_where_tiles_are_too_few(columns, threads, items):
+    """One tile (N = 40 in tiles of 64) and a batch: the threads take ranges of the items
+    (attention's heads), every item packed as pack_b packs it."""
+    path = fast_path("avx512_core_vnni")
+    rng = np.random.default_rng(items)
+    b = rng.integers(-128, 128, (items, 20, 40)).astype(np.int8)
+    view = np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1) if columns else b
+    packer = VnniPacker(20, 40, path, 4, items, threads, columns=columns)
+    assert len(packer._parts) == threads and {i0 for i0, _, _ in packer._parts} != {0}
+    for i, pack in enumerate(packer(view)):
+        want = pack_b(b[i], path, 4, (0, 0))
+        assert np.array_equal(pack.data, want.data) and np.array_equal(pack.colsum, want.colsum), i
+
+
+@pytest.mark.parametrize("columns", [False, True])
 def test_reads_and_writes_only_its_buffers(guarded, columns):
     """B whole groups and chunks (rows of N bytes, or columns of K), its last byte
     against a guard page, and the packed bytes against one (tiles exactly as wide as N):
@@ -62,7 +78,7 @@ def test_reads_and_writes_only_its_buffers(guarded, columns):
     b = raw.reshape(n, k).T if columns else raw.reshape(k, n)
     packer = VnniPacker(k, n, path, 4, columns=columns)
     out = guarded(packer.packed.data.size, np.uint8, "end")
-    packer._parts[0][1].dst = pointer_to(out)  # the kernel's output, flush against the page
+    packer._parts[0][2].dst = pointer_to(out)  # the kernel's output, flush against the page
     packer(b)
     assert packer._padded is None  # read in place
     assert np.array_equal(out, pack_b(np.ascontiguousarray(b), path, 4, (0, 0)).data)

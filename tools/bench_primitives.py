@@ -323,7 +323,11 @@ def run(bench: str, argv=None) -> int:
         ap.add_argument("--no-creation", action="store_true", help="skip the creation-time table")
         ap.add_argument("--runtime-weights", action="store_true",
                         help="plain weights passed at every call (tag ab on both sides: each packs them per "
-                             "call; int8jit on VNNI paths in machine code) instead of packed once through 'any'")
+                             "call, or reads them in place at 1-4 rows) instead of packed once through 'any'")
+    if bench == "matmul":
+        ap.add_argument("--attention", action="store_true",
+                        help="BERT-base's attention instead: 12 heads of 64, 128 tokens, the keys and values "
+                             "given at every call (acb and abc), prefill (128 rows) and decode (1 row)")
     else:
         ap.add_argument("--layers", help="comma-separated problem names (default: the whole list)")
     if bench == "conv":

@@ -27,6 +27,20 @@ GEMM_SHAPES = [
 GEMM_QUICK = ["BERT-128 qkv/out", "BERT-384 ffn1", "64x4096x4096", "RN50 fc b1"]
 
 
+def _heads(label, M, N, K, wtag):
+    """A batched matmul of BERT-base's 12 attention heads: runtime weights (keys or values,
+    new at every input) with tag ``wtag`` (acb: the keys' rows, K contiguous; abc: the
+    values' rows, N contiguous)."""
+    return {"label": label, "M": M, "N": N, "K": K, "B": 12, "wtag": wtag, "runtime": True}
+
+
+# (``int8jit-bench matmul --attention``: a sequence of 128 tokens, heads of 64)
+ATTENTION = [
+    _heads("attention QK^T 12x128", 128, 128, 64, "acb"), _heads("attention PV 12x128", 128, 64, 128, "abc"),
+    _heads("decode q.K^T 12x1", 1, 128, 64, "acb"), _heads("decode p.V 12x1", 1, 64, 128, "abc"),
+]
+
+
 def _conv(label, ic, hw, oc, k, s, groups=1):
     return {"label": label, "IC": ic, "IH": hw, "IW": hw, "OC": oc, "KH": k, "KW": k, "S": s,
             "P": (k - 1) // 2 if k > 1 else 0, "G": groups}
@@ -109,7 +123,7 @@ def pool_out(case) -> tuple[int, int]:
 def ops(case) -> int:
     """2 x multiply-adds of a problem (0 for pooling: it is reported in bytes)."""
     if case["prim"] in ("matmul", "ip"):
-        return 2 * case["M"] * case["N"] * case["K"]
+        return 2 * case.get("B", 1) * case["M"] * case["N"] * case["K"]
     if case["prim"] == "conv":
         oh, ow = conv_out(case)
         return 2 * case["N"] * oh * ow * case["OC"] * (case["IC"] // case["G"]) * case["KH"] * case["KW"]
@@ -181,6 +195,8 @@ def _select(items, wanted, what):
 
 def problems_for(bench, args) -> list[dict]:
     weights = getattr(args, "weights", "uniform")  # (pool has no --weights)
+    if getattr(args, "attention", False):
+        return [with_policy(dict(c, prim=bench), p, weights) for p in policies(bench, args) for c in ATTENTION]
     if bench in ("matmul", "ip"):
         if args.shapes:
             items = []
@@ -220,6 +236,7 @@ def trained_weights(rng, shape: tuple, axis: int) -> np.ndarray:
     weights are: most small, a few large (on avx2/avx512_core exact splits them into
     residual cells, see ``--weights``)."""
     w = rng.laplace(size=shape)
+    axis %= len(shape)
     others = tuple(i for i in range(len(shape)) if i != axis)
     return np.round(w * (127 / np.abs(w).max(axis=others, keepdims=True))).astype(np.int8)
 
@@ -234,11 +251,14 @@ def _case_weights(case, rng, w: np.ndarray, axis: int) -> tuple[np.ndarray, floa
 
 
 def gemm_operands(case):
-    """u8 A (M, K), s8 W (K, N), bias, per-column weight scales, dst scale (src scale 1)."""
+    """u8 A (M, K), s8 W (K, N) (a batch's: (B, M, K), (B, K, N)), bias, per-column
+    weight scales, dst scale (src scale 1)."""
     M, N, K = case["M"], case["N"], case["K"]
-    rng = _rng({k: case[k] for k in ("M", "N", "K")}, 0)
-    A = rng.integers(0, 256, (M, K), dtype=np.uint8)
-    W, w_std = _case_weights(case, rng, rng.integers(-128, 128, (K, N), dtype=np.int16).astype(np.int8), axis=1)
+    batch = (case["B"],) if "B" in case else ()
+    rng = _rng({k: case[k] for k in ("M", "N", "K", "B") if k in case}, 0)
+    A = rng.integers(0, 256, batch + (M, K), dtype=np.uint8)
+    W, w_std = _case_weights(case, rng, rng.integers(-128, 128, batch + (K, N), dtype=np.int16).astype(np.int8),
+                             axis=-1)
     # One standard deviation of the product maps to ~1; dst = relu(x) * 60: half the
     # outputs 0, a few saturated, most in between.
     wscale = (rng.uniform(0.5, 1.5, N) / (np.sqrt(K) * 74.0 * w_std)).astype(np.float32)

@@ -61,29 +61,32 @@ def _int8jit_gemm(case, variant, isa, threads) -> Side:
     # made before the clock as on oneDNN's side (the 16 MB transpose of 64x4096x4096 took
     # 100-200 ms, more than the creation it was counted in).
     w_dims, w_logical = ((N, K), np.ascontiguousarray(W.T)) if ip else ((K, N), W)
+    batch, plain, wtag = _batch(case)
+    if batch:  # (attention's heads: the weights' logical view of their memory order)
+        w_dims, w_logical = (case["B"], K, N), _in_memory_order(W, wtag).transpose(0, 2, 1) if wtag == "acb" else W
     t0 = time.perf_counter()
     policy = case.get("policy", "exact")
     if fused:
-        attr = Attr(scales={"src": 0, "weights": 1 if ip else 2, "dst": 0}, policy=policy).set_post_ops(
-            PostOps().eltwise("relu"))
-        bias_md = desc((N,), "f32", "a") if ip else desc((1, N), "f32", "ab")
+        attr = Attr(scales={"src": 0, "weights": 1 if ip else 1 << (len(plain) - 1), "dst": 0},
+                    policy=policy).set_post_ops(PostOps().eltwise("relu"))
+        bias_md = desc((N,), "f32", "a") if ip else desc((1,) * (len(plain) - 1) + (N,), "f32", plain)
     else:
         attr, bias_md = Attr(policy=policy), None
     dst_dt = "u8" if fused else "s32"
     cls = InnerProductDesc if ip else MatmulDesc
     runtime = case.get("runtime", False)
-    pd = cls(desc((M, K), "u8", "ab"), desc(w_dims, "s8", "ab" if runtime else "any"), desc((M, N), dst_dt, "ab"),
-             bias_md, attr=attr, isa=isa, threads=threads)
+    pd = cls(desc(batch + (M, K), "u8", plain), desc(w_dims, "s8", wtag if runtime else "any"),
+             desc(batch + (M, N), dst_dt, plain), bias_md, attr=attr, isa=isa, threads=threads)
     p = pd.create()
     create_ms = 1e3 * (time.perf_counter() - t0)
     wmem = w_logical  # runtime weights: the plain array, packed by every call
     if not runtime:
         wmem = Memory(pd.weights_desc())
         reorder_desc(desc(w_dims, "s8", "ab"), pd.weights_desc()).create().execute({"src": w_logical, "dst": wmem})
-    C = np.zeros((M, N), np.uint8 if fused else np.int32)
+    C = np.zeros(batch + (M, N), np.uint8 if fused else np.int32)
     args = {"src": A, "weights": wmem, "dst": C}
     if fused:
-        args.update({"bias": bias if ip else bias.reshape(1, N), "scales:src": np.float32([1.0]),
+        args.update({"bias": bias if ip else bias.reshape(bias_md.dims), "scales:src": np.float32([1.0]),
                      "scales:weights": wscale, "scales:dst": dscale})
     execute = p.execute
 
@@ -92,6 +95,19 @@ def _int8jit_gemm(case, variant, isa, threads) -> Side:
 
     info = pd.impl_info()
     return Side(call, C, f"{info.get('impl', '')}", create_ms, bind=lambda: p.bind(args))
+
+
+def _batch(case) -> tuple[tuple, str, str]:
+    """A matmul case's batch dims (attention's heads: ``B``, or none), its plain tag and
+    the runtime weights' tag (``wtag``: acb or abc for a batch; ab)."""
+    if "B" in case:
+        return (case["B"],), "abc", case["wtag"]
+    return (), "ab", "ab"
+
+
+def _in_memory_order(w: np.ndarray, tag: str) -> np.ndarray:
+    """Logical (B, K, N) weights as the bytes of ``tag`` lay them out (acb: (B, N, K))."""
+    return np.ascontiguousarray(w.transpose(0, 2, 1)) if tag == "acb" else w
 
 
 def _int8jit_conv(case, isa, threads) -> Side:
@@ -150,21 +166,25 @@ def onednn_setup(case, variant: str) -> Side:
         A, W, bias, wscale, dscale = gemm_operands(case)
         fused = variant == "fused"
         ip = prim == "ip"
-        attr = dp.Attr(scales={"src": 0, "weights": 1 if ip else 2, "dst": 0},
+        batch, plain, wtag = _batch(case)
+        attr = dp.Attr(scales={"src": 0, "weights": 1 if ip else 1 << (len(plain) - 1), "dst": 0},
                        post_ops=[("eltwise", "relu", 0.0, 0.0)]) if fused else None
         w_dims, w_logical = ((N, K), np.ascontiguousarray(W.T)) if ip else ((K, N), W)
-        bias_md = (dp.md((N,), "f32", "a") if ip else dp.md((1, N), "f32", "ab")) if fused else None
+        if batch:
+            w_dims, w_logical = (case["B"], K, N), _in_memory_order(W, wtag)
+        bias_dims = (N,) if ip else (1,) * (len(plain) - 1) + (N,)
+        bias_md = (dp.md((N,), "f32", "a") if ip else dp.md(bias_dims, "f32", plain)) if fused else None
         make = dp.inner_product if ip else dp.matmul
         t0 = time.perf_counter()
         runtime = case.get("runtime", False)
-        p = make(dp.md((M, K), "u8", "ab"), dp.md(w_dims, "s8", "ab" if runtime else "any"),
-                 dp.md((M, N), "u8" if fused else "s32", "ab"), bias_md, attr=attr)
+        p = make(dp.md(batch + (M, K), "u8", plain), dp.md(w_dims, "s8", wtag if runtime else "any"),
+                 dp.md(batch + (M, N), "u8" if fused else "s32", plain), bias_md, attr=attr)
         create_ms = 1e3 * (time.perf_counter() - t0)
         wp = w_logical if runtime else p.reorder_weights(w_logical, "ab")
-        C = np.zeros((M, N), np.uint8 if fused else np.int32)
+        C = np.zeros(batch + (M, N), np.uint8 if fused else np.int32)
         args = {"src": A, "weights": wp, "dst": C}
         if fused:
-            args.update({"bias": bias, "scales:src": np.float32([1.0]), "scales:weights": wscale,
+            args.update({"bias": bias.reshape(bias_dims), "scales:src": np.float32([1.0]), "scales:weights": wscale,
                          "scales:dst": dscale})
         return Side(p.bind(args), C, p.impl_info(), create_ms)
     if prim == "conv":
