@@ -216,3 +216,28 @@ def test_trained_weights_rows_take_the_split_path():
     assert decide("avx2", "exact", uniform).path.kind == "widen"
     names = [name for name, _ in bp.chain_groups("ip", [], argparse.Namespace(shapes=None, weights="trained"))]
     assert names == ["BERT-base linears, 128 tokens, trained weights", "BERT-base linears, 384 tokens, trained weights"]
+
+
+@needs_a_path
+def test_attention_quick_run(tmp_path):
+    """``int8jit-bench matmul --attention``: BERT-base's 12 heads (prefill and decode,
+    keys and values given at every call), both sides' outputs equal where oneDNN runs."""
+    import argparse
+
+    from tools import bench_problems as bp
+    from tools import onednn
+
+    cases = bp.problems_for("matmul", argparse.Namespace(attention=True, policy=None, weights="uniform"))
+    assert [c["label"] for c in cases][:2] == ["attention QK^T 12x128", "attention PV 12x128"]
+    assert bp.ops(dict(cases[0])) == 2 * 12 * 128 * 128 * 64 and all(c["runtime"] for c in cases)
+    md = tmp_path / "attention.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "matmul", "--attention", "--quick", "--min-time", "0.005",
+         "--threads", "1", "--no-creation", "--markdown", str(md)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| decode") or "attention" in line]
+    assert len(rows) == 4 and "int8jit error" not in md.read_text()
+    if onednn.available()[0]:
+        assert all(" | = | " in row for row in rows), rows  # (the check column: equal outputs)
