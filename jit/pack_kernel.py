@@ -171,7 +171,8 @@ class VnniPacker:
             args.colsum = pointer_to(self._sums) + 4 * (i0 * tiles * tile_n + c0)
             self._parts.append((i0, c0, args))
         self._calls = CallPlan([[(self._code.function, args)] for *_, args in self._parts]) if self._parts else None
-        self._src = None  # the array the structs' src points into (kept alive with them)
+        self._src = self._where = None  # the array the structs' src points into (kept alive with them)
+        self._copy_from = None  # the last call's array, where a padded copy of it was packed
 
     def __call__(self, b):
         """Pack ``b`` (K x N, or items x K x N; its values now) into :attr:`packed` (or
@@ -188,24 +189,38 @@ class VnniPacker:
         src = (b if batch else b[None]).swapaxes(1, 2) if self.columns else (b if batch else b[None])
         rows, width = src.shape[1], src.shape[2]
         whole = (self._n8, self._k16) if self.columns else (-(-self.k // 4) * 4, self._n8)
+        self._copy_from = None
         if (rows, width) != whole or src.strides[2] != 1 or src.strides[1] < width \
                 or self.items > 1 and src.strides[0] < src.strides[1] * rows:
             if self._padded is None:
                 self._padded = np.zeros((self.items,) + whole, np.int8)
+            self._copy_from = src
             self._padded[:, :rows, :width] = src
             src = self._padded
-        if src is not self._src:
-            base = pointer_to(src)
+        where = (pointer_to(src), src.strides)  # (a new view of the same bytes each call: the same)
+        if where != self._where:
+            base = where[0]
             for i0, c0, args in self._parts:  # (a part's columns: its rows, when they are columns)
                 item = src.strides[0] if self.items > 1 else 0
                 args.src = base + i0 * item + (c0 * src.strides[1] if self.columns else c0)
                 args.ldb, args.src_item = src.strides[1], item
-            self._src = src
+            self._src, self._where = src, where
+        self._pack()
+        return self.packs if batch else self.packed
+
+    def repeat(self) -> None:
+        """Pack again the values the last call's array holds now (a replay's: no checks,
+        the structs point at it already; a padded copy is refreshed first)."""
+        if self._copy_from is not None:
+            rows, width = self._copy_from.shape[1:]
+            self._padded[:, :rows, :width] = self._copy_from
+        self._pack()
+
+    def _pack(self) -> None:
         if self._calls is not None:
             self._sums[...] = 0  # (the kernel adds each block's sums)
             self._calls.run()
         self._colsums[...] = self._sums
-        return self.packs if batch else self.packed
 
 
 def generate(columns: bool = False, wide: bool = False, widen: bool = False):

@@ -427,7 +427,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         repack = _packed_with_the_first
         if b == 0:
             packer(src)
-            repack = functools.partial(packer, src)
+            repack = packer.repeat
         return packer.packs[item or 0], choice, repack
 
     def _weights_view(self, mem: Memory) -> np.ndarray:
