@@ -8,6 +8,7 @@ from jit.output import OutputContext, emit_output
 
 
 def emit_columns(spec: GemvSpec, argument) -> None:
+    """The columns kernel's code (PeachPy, inside ``jit.build.generate``)."""
     from jit import asm
     from jit.asm import (ADD, CMP, DEC, JNZ, JZ, LABEL, MOV, NEG, SHL, SHR, TEST, XOR, Label, rax, rbp, rbx,
                          rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14, r15)
@@ -20,7 +21,8 @@ def emit_columns(spec: GemvSpec, argument) -> None:
     V = lambda i: vector_register(path, i)  # noqa: E731
     halves = lanes // HALF
     # Vector registers: the 8 accumulators, the sums (AVX-512 with compensation), the
-    # A bytes, a weight vector, ones / 0x80, the tail's dword mask, the first half's result.
+    # A bytes, a weight vector, ones / 0x80, the tail's dword mask, the first half's result
+    # (VPMADDUBSW: its product and s16 ones too).
     acc = [V(j) for j in range(HALF)]
     sums_in_loop = spec.comp and wide
     sums = [V(HALF + j) for j in range(HALF)] if sums_in_loop else None
@@ -60,19 +62,20 @@ def emit_columns(spec: GemvSpec, argument) -> None:
     MOV(r13, A("n"))  # columns left, from the block's first
     XOR(r14.as_dword, r14.as_dword)  # the block's first column * 4 (the output stage's)
 
-    def columns(half: int) -> None:
-        """The half's 8 column pointers, each past the whole vectors of K; a column past
-        the block's end reads the one before it. A's row in r12, rsi = -(K's whole bytes)."""
+    def columns(which: int) -> None:
+        """Half ``which``'s 8 column pointers, each past the whole vectors of K; a column
+        past the block's end reads the one before it. A's row in r12, rsi = -(K's whole
+        bytes)."""
         MOV(rbp, A("ldw"))
         MOV(rax, A("w_cur"))
-        if half:
+        if which:
             MOV(rsi, rbp)
             SHL(rsi, 3)
             ADD(rax, rsi)
         for j in range(1, HALF):
             MOV(ptrs[j], ptrs[j - 1])
             ADD(ptrs[j], rbp)
-            CMP(r13, HALF * half + j)  # column j of the half is past the end: the one before
+            CMP(r13, HALF * which + j)  # column j of the half is past the end: the one before
             asm.CMOVBE(ptrs[j], ptrs[j - 1])
         MOV(rsi, A("k_main"))
         for p in ptrs:
@@ -174,9 +177,9 @@ def emit_columns(spec: GemvSpec, argument) -> None:
         asm.VPADDD(r[0], r[0], t)
         return regs[0]
 
-    def half_result(half: int):
-        """The half's 8 columns of the row: a ymm of their (compensated) products."""
-        columns(half)
+    def half_result(which: int):
+        """Half ``which``'s 8 columns of the row: a ymm of their (compensated) products."""
+        columns(which)
         k_pass(acc, with_source=True)
         if not spec.comp:
             return across(acc, x)

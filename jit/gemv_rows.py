@@ -8,8 +8,8 @@ from jit.output import OutputContext, emit_output
 
 
 def emit_rows(spec: GemvSpec, argument) -> None:
-    """The rows kernel (see the module docstring): every row of A at once, blocks of 4
-    vectors of columns."""
+    """The rows kernel's code (PeachPy, inside ``jit.build.generate``): every row of A at
+    once, blocks of 4 (widened: 2) vectors of columns."""
     from jit import asm
     from jit.asm import (ADD, CMP, DEC, JE, JNZ, JZ, LABEL, LEA, MOV, SHL, SHR, TEST, XOR, Label, rax, rbp,
                          rbx, rcx, rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14, r15)
