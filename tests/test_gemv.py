@@ -162,21 +162,21 @@ def test_inner_product_reads_runtime_weights_in_place(isa_path, src_dt, zp, monk
         args = {"src": x, "weights": w, "dst": y}
         if zp is not None:
             args["zero_points:src"] = np.int32([zp])
-        monkeypatch.setattr(type(prim), "_weights", lambda *_: pytest.fail("weights packed"))
-        prim.execute(args)
-        np.testing.assert_array_equal(y, (x.astype(np.int64) - (zp or 0)) @ w.T.astype(np.int64))
-        run = prim.bind(args)
-        for _ in range(2):
-            x[...] = rng.integers(lo, lo + 256, x.shape)
-            w[...] = rng.integers(-128, 128, w.shape)
-            with monkeypatch.context() as m:  # (elsewhere packed per call in machine code, and replayed)
-                m.setattr(prim, "_execute", lambda *_: pytest.fail("_execute ran: the replay was not taken"))
-                prim.execute(args)
-                np.testing.assert_array_equal(y, (x.astype(np.int64) - (zp or 0)) @ w.T.astype(np.int64))
-                y[...] = 0
-                run()
+        with monkeypatch.context() as packs:  # (a context: the emulation's patches stay)
+            packs.setattr(type(prim), "_weights", lambda *_: pytest.fail("weights packed"))
+            prim.execute(args)
             np.testing.assert_array_equal(y, (x.astype(np.int64) - (zp or 0)) @ w.T.astype(np.int64))
-        monkeypatch.undo()
+            run = prim.bind(args)
+            for _ in range(2):
+                x[...] = rng.integers(lo, lo + 256, x.shape)
+                w[...] = rng.integers(-128, 128, w.shape)
+                with monkeypatch.context() as m:
+                    m.setattr(prim, "_execute", lambda *_: pytest.fail("_execute ran: the replay was not taken"))
+                    prim.execute(args)
+                    np.testing.assert_array_equal(y, (x.astype(np.int64) - (zp or 0)) @ w.T.astype(np.int64))
+                    y[...] = 0
+                    run()
+                np.testing.assert_array_equal(y, (x.astype(np.int64) - (zp or 0)) @ w.T.astype(np.int64))
 
 
 def _mm(isa, M, K, N, tag, src_dt="u8"):
@@ -279,15 +279,15 @@ def test_batch_items_spread_over_threads(isa_path, M, src_dt, zp, monkeypatch):
         args["zero_points:src"] = np.int32([zp])
     saturating = faithful_model("exact", isa_path)
     for step in range(3):
-        if step:
-            wei[...] = rng.integers(-128, 128, wei.shape)
-            monkeypatch.setattr(prim, "_execute", lambda *_: pytest.fail("_execute ran: the replay was not taken"))
-        prim.execute(args)
+        with monkeypatch.context() as m:  # (a context: the emulation's patches stay)
+            if step:
+                wei[...] = rng.integers(-128, 128, wei.shape)
+                m.setattr(prim, "_execute", lambda *_: pytest.fail("_execute ran: the replay was not taken"))
+            prim.execute(args)
         for b in range(B):
             exact = wrap_int32(gemm_sum(src[b], wei[b], zp or 0, 0, saturating))
             want = output_pipeline(exact, dst_dt="f32", post_ops=[("binary", "add", add[b])])
             np.testing.assert_array_equal(dst[b], want, err_msg=f"{step} {b}")
-        monkeypatch.undo()
     run = prim._replay_for(args).run
     if zp is None or "runtime_weights" in pd.impl_info():  # spread: one plan of two threads
         assert run.joined.threads == 2 and all(p.calls.threads == 1 for p in run.plans)
