@@ -110,7 +110,7 @@ def test_reads_only_its_buffers(guarded, isa, kind, layout, K, N):
     path = _path(isa, kind)
     M = 2
     if not takes(path, K, N if layout == "rows" else None, M):
-        pytest.skip(f"{isa} takes whole dwords")
+        pytest.skip(f"{isa}: the 256-bit kernels take K and N in whole dwords (the others are packed)")
     rng = np.random.default_rng(K)
     a = guarded(M * K, np.uint8, "end").reshape(M, K)
     a[...] = rng.integers(0, 256, (M, K))
