@@ -9,7 +9,8 @@ masked registers as ``<... object at 0x...>``).
 
 The set is small so it runs in seconds: one tile per ISA path and step kind, with output
 stages that use scales, bias, eltwise post-ops, sum, binary and every dst type, plus a
-depthwise, a pooling, a reorder, an eltwise and the thread pool's two kernels. ``INT8JIT_WIDE_BACKEND_CHECK=1``
+depthwise, a pooling, a reorder, an eltwise, the thread pool's two kernels, the in-place and
+packing kernels. ``INT8JIT_WIDE_BACKEND_CHECK=1``
 adds a wider corpus (226 kernels at the library's own tile sizes; ~5 minutes), worth a
 run after PeachPy changes. The same corpus, generated before the lean path existed,
 matched the lean path's bytes and listings.
@@ -17,6 +18,7 @@ matched the lean path's bytes and listings.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import functools
 import os
 import re
@@ -24,7 +26,8 @@ import re
 import pytest
 
 from jit import asm, backend, build
-from jit import copy_kernel, depthwise_kernel, eltwise, gemm_kernel, pool_kernel, pooling_kernel, reorder_kernel
+from jit import (copy_kernel, depthwise_kernel, eltwise, gemm_kernel, gemv_kernel, pack_kernel, pool_kernel,
+                 pooling_kernel, reorder_kernel)
 from jit.dot import path_for
 from jit.output import BinaryOp, EltwiseOp, OutputSpec, SumOp
 
@@ -66,6 +69,16 @@ KERNELS = {
     "reorder-avx512": lambda: reorder_kernel.generate(
         reorder_kernel.ReorderKernelSpec("avx512_core", "f32", "u8", ("row", "none", "none", "col"))),
     "eltwise-avx2": lambda: eltwise.generate_chain(path_for("avx2"), (("gelu_erf",), ("tanh",), ("relu", 0.1))),
+    "gemv-columns-avx512_core_vnni": lambda: gemv_kernel.generate(gemv_kernel.GemvSpec(
+        path_for("avx512_core_vnni"), True, True, replace(_CONV, col_comp=False))),
+    "gemv-columns-avx2-widen": lambda: gemv_kernel.generate(gemv_kernel.GemvSpec(
+        path_for("avx2", "widen"), False, True, replace(_F32, col_comp=False))),
+    "gemv-rows-avx512_core-maddubsw": lambda: gemv_kernel.generate(gemv_kernel.GemvSpec(
+        path_for("avx512_core", "maddubsw"), True, True, replace(_F32, col_comp=False), "rows", 2)),
+    "gemv-rows-avx2_vnni": lambda: gemv_kernel.generate(gemv_kernel.GemvSpec(
+        path_for("avx2_vnni"), False, False, replace(_CONV, col_comp=False), "rows", 1)),
+    "pack-widen-columns": lambda: pack_kernel.generate(True, False, True),
+    "pack-vnni-wide": lambda: pack_kernel.generate(False, True),
 }
 
 
