@@ -18,10 +18,10 @@ matched the lean path's bytes and listings.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 import functools
 import os
 import re
+from dataclasses import replace
 
 import pytest
 
