@@ -188,8 +188,6 @@ class _GemmBasedDesc(PrimitiveDesc):
         # execution does.
         choices = self._choices = candidates(self.isa, policy, N)
         self.fast = choices[0]
-        for choice in choices:
-            self._kernel_for(choice)
         if weights_md.is_any:
             layout = WeightsLayout(self.isa, policy, K, N, tuple(weights_order))
             weights_md = packed_desc(weights_md.dims, "s8", layout, WeightsLayout.nbytes(self.isa, K, N))
@@ -211,6 +209,9 @@ class _GemmBasedDesc(PrimitiveDesc):
                 path, rows, K, N if layout == "rows" else None, comp, self.output):
             self._in_place_layout, self._in_place_rows, self._in_place_path = layout, rows, (path, comp)
             self._in_place = self._gemv_for(self.output)
+        else:  # (an in-place primitive runs no GEMM kernel: impl_info makes the one it names)
+            for choice in choices:
+                self._kernel_for(choice)
         # The per-column vectors (scales, bias, ...) in whole tiles of the GEMM kernel's
         # and blocks of the in-place kernel's: their output stages read whole vectors.
         whole = math.lcm(self.fast.nr * self.fast.path.lanes, 64)
