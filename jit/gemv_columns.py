@@ -3,7 +3,7 @@ product's OC x K, a matmul's ``ba``): see ``jit.gemv_kernel``."""
 from __future__ import annotations
 
 from jit.dot import emit_bytes, emit_ones_s16, emit_step, vector_register
-from jit.gemv_kernel import HALF, GemvSpec, args_offsets, end_of_block
+from jit.gemv_kernel import HALF, GemvSpec, args_offsets, begin_items, end_of_block
 from jit.output import OutputContext, emit_output
 
 
@@ -57,10 +57,7 @@ def emit_columns(spec: GemvSpec, argument) -> None:
         asm.KMOVQ(tail_k, A("tail_bytes"))
     else:
         asm.VMOVDQU(dmask, A("tail_dwords"))
-    MOV(rax, A("w"))
-    MOV(A("w_cur"), rax)
-    MOV(r13, A("n"))  # columns left, from the block's first
-    XOR(r14.as_dword, r14.as_dword)  # the block's first column * 4 (the output stage's)
+    item = begin_items(A)  # (r13: columns left, from the block's first; r14: its first * 4)
 
     def columns(which: int) -> None:
         """Half ``which``'s 8 column pointers, each past the whole vectors of K; a column
@@ -199,7 +196,7 @@ def emit_columns(spec: GemvSpec, argument) -> None:
 
     block, row = Label(), Label()
     LABEL(block)
-    for cur, start in (("a_cur", "a"), ("c_cur", "c"), ("m_left", "m")):
+    for cur, start in (("a_cur", "a_base"), ("c_cur", "c_base"), ("m_left", "m")):
         MOV(rax, A(start))
         MOV(A(cur), rax)
     XOR(r15.as_dword, r15.as_dword)  # the row * 4 (the output stage's)
@@ -235,4 +232,4 @@ def emit_columns(spec: GemvSpec, argument) -> None:
     MOV(rax, A("ldw"))
     SHL(rax, lanes.bit_length() - 1)
     ADD(A("w_cur"), rax)
-    end_of_block(block, done, lanes)
+    end_of_block(A, block, item, done, lanes)

@@ -79,13 +79,17 @@ struct i8j_gemv_args {
     uint64_t tail_bytes;                  /* AVX-512: the tail's byte mask */
     int32_t tail_dwords[8];               /* AVX2: the tail's dword mask (-1 valid, 0 not) */
     int32_t ao; int32_t pad;              /* the compensation's factor (zero point, + 128 for s8) */
+    int64_t items;                        /* a batch's items, one after another (1: one product) */
+    int64_t a_item; int64_t w_item; int64_t c_item;  /* their strides, bytes */
     void *a_cur; void *c_cur; void *w_cur; int64_t m_left;  /* the kernel's own */
+    int64_t items_left; void *a_base; void *w_base; void *c_base;  /* the kernel's own: this item's */
     %s
 };
 """ % args_cdef_fields()
 SIGNATURE = "void (*)(struct i8j_gemv_args *)"
 FIELDS = ("a", "lda", "w", "ldw", "c", "ldc", "m", "n", "k_main", "k_tail", "tail_bytes", "tail_dwords", "ao",
-          "a_cur", "c_cur", "w_cur", "m_left") + OUTPUT_FIELDS
+          "items", "a_item", "w_item", "c_item", "a_cur", "c_cur", "w_cur", "m_left", "items_left", "a_base",
+          "w_base", "c_base") + OUTPUT_FIELDS
 HALF = 8  # columns a K loop of the columns kernel carries
 # The steps (jit.dot): VPDPBUSD, VPMADDUBSW (faithful: saturating as the packed path's),
 # and the widening one (exact without VNNI).
@@ -191,15 +195,38 @@ def gemv_kernel(path: Path, s8_src: bool, comp: bool, output: OutputSpec, layout
     return kernel
 
 
-def end_of_block(next_block, done, columns: int) -> None:
-    """Both kernels' end of a column block (their w_cur already past it): r14 (the block's
-    first column * 4) and r13 (the columns left) past its ``columns``, the next block while
-    any is left; then the return."""
+def begin_items(A):
+    """Both kernels' start of a batch's items (``A``: an args field): the first item's A,
+    weights and dst, then, at the label returned (each item's start), w_cur, r13 (the
+    columns left) and r14 (the block's first column * 4) at its first block."""
+    from jit import asm
+
+    for base, start in (("a_base", "a"), ("w_base", "w"), ("c_base", "c"), ("items_left", "items")):
+        asm.MOV(asm.rax, A(start))
+        asm.MOV(A(base), asm.rax)
+    item = asm.Label()
+    asm.LABEL(item)
+    asm.MOV(asm.rax, A("w_base"))
+    asm.MOV(A("w_cur"), asm.rax)
+    asm.MOV(asm.r13, A("n"))
+    asm.XOR(asm.r14.as_dword, asm.r14.as_dword)
+    return item
+
+
+def end_of_block(A, next_block, item, done, columns: int) -> None:
+    """Both kernels' end of a column block (their w_cur already past it): r14 and r13
+    past its ``columns``, the next block while any is left; then the next item's A,
+    weights and dst, the next item while any is left; then the return."""
     from jit import asm
 
     asm.ADD(asm.r14, 4 * columns)
     asm.SUB(asm.r13, columns)
     asm.JG(next_block)
+    for base, stride in (("a_base", "a_item"), ("w_base", "w_item"), ("c_base", "c_item")):
+        asm.MOV(asm.rax, A(stride))
+        asm.ADD(A(base), asm.rax)
+    asm.DEC(asm.qword[A("items_left")[0]])
+    asm.JNZ(item)
     asm.LABEL(done)
     asm.VZEROUPPER()
     asm.RETURN()

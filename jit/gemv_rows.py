@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jit.dot import emit_bytes, emit_ones_s16, emit_step, vector_constant, vector_register
-from jit.gemv_kernel import GemvSpec, args_offsets, end_of_block, row_vectors
+from jit.gemv_kernel import GemvSpec, args_offsets, begin_items, end_of_block, row_vectors
 from jit.output import OutputContext, emit_output
 
 
@@ -56,11 +56,8 @@ def emit_rows(spec: GemvSpec, argument) -> None:
             emit_bytes(path, c80, 0x80, rax)
     if ones16 is not None:
         emit_ones_s16(path, ones16, rax)
-    MOV(rax, A("w"))
-    MOV(A("w_cur"), rax)
-    MOV(r13, A("n"))  # columns left, from the block's first
-    XOR(r14.as_dword, r14.as_dword)  # the block's first column * 4 (the output stage's)
     XOR(r15.as_dword, r15.as_dword)  # the block's first row * 4: every block has all rows
+    item = begin_items(A)  # (r13: columns left, from the block's first; r14: its first * 4)
 
     def half(v):
         return v.as_ymm if wide else v.as_xmm
@@ -161,7 +158,7 @@ def emit_rows(spec: GemvSpec, argument) -> None:
     MOV(rsi, A("w_cur"))
     MOV(rdx, A("ldw"))
     LEA(rbx, [rdx + rdx * 2])
-    MOV(r8, A("a"))
+    MOV(r8, A("a_base"))
     for i in range(1, rows):
         MOV(xrows[i], xrows[i - 1])
         ADD(xrows[i], A("lda"))
@@ -235,7 +232,7 @@ def emit_rows(spec: GemvSpec, argument) -> None:
             asm.VPERM2I128(a[3], a[2], a[3], 0x31)
             asm.VMOVDQA(a[2], t0)
             outs.append([a[0], a[2], a[1], a[3]])
-    MOV(r12, A("c"))
+    MOV(r12, A("c_base"))
     MOV(rax, r14)
     if spec.output.dst_bytes == 1:
         SHR(rax, 2)
@@ -252,4 +249,4 @@ def emit_rows(spec: GemvSpec, argument) -> None:
                         n_left=r13, c_row=lambda i: bases[i], free_vectors=free, free_gprs=[rax, rbx, rcx, rdx])
     emit_output(ctx, outs, rows, nv)
     ADD(asm.qword[A("w_cur")[0]], block)
-    end_of_block(blk, done, block)
+    end_of_block(A, blk, item, done, block)

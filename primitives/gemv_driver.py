@@ -58,10 +58,13 @@ def reads_in_place(w_kn: np.ndarray, layout: str) -> bool:
 class GemvPlan:
     """The per-thread structs of an ``M x N x K`` product (A rows ``lda`` bytes apart,
     the weights' columns, or rows, ``ldw`` apart as the kernel's layout says, dst rows
-    ``ldc_bytes`` apart), made once."""
+    ``ldc_bytes`` apart), made once; or of ``items`` such products, A, the weights and
+    dst ``strides`` (bytes) apart from one to the next, which one call runs one after
+    another (a batch without a binary post-op: its operands' rows would be the item's).
+    Threads take ranges of the items where there are as many, else ranges of columns."""
 
     def __init__(self, kernel, M: int, N: int, K: int, lda: int, ldw: int, ldc_bytes: int, out: OutputArgs,
-                 threads: int) -> None:
+                 threads: int, items: int = 1, strides: tuple = (0, 0, 0)) -> None:
         spec = kernel.meta["gemv"]
         self.kernel, self.out = kernel, out
         lanes, rows = spec.lanes, spec.layout == "rows"
@@ -70,19 +73,23 @@ class GemvPlan:
         step = spec.k_step
         whole, tail = (K // 4, K % 4) if rows else (K // step * step, K % step)
         blocks = -(-N // lanes)
-        threads = 1 if M * N * K < SMALL_WORK else threads
+        threads = 1 if items * M * N * K < SMALL_WORK else threads
         dst_bytes = spec.output.dst_bytes
+        a_item, w_item, c_item = strides
+        parts = [((i0, i1), (0, blocks)) for i0, i1 in split(items, threads)] if items >= threads else \
+            [((0, items), b) for b in split(blocks, threads)]
         self.structs, self.offsets, self.chunks = [], [], []
-        for b0, b1 in split(blocks, threads):
+        for (i0, i1), (b0, b1) in parts:
             c0, c1 = b0 * lanes, min(N, b1 * lanes)
             s = ffi.new("struct i8j_gemv_args *")
             s.lda, s.ldw, s.ldc, s.m, s.n = lda, ldw, ldc_bytes, M, c1 - c0
+            s.items, s.a_item, s.w_item, s.c_item = i1 - i0, a_item, w_item, c_item
             s.k_main, s.k_tail, s.tail_bytes = whole, tail, (1 << tail) - 1
             for i in range(8):
                 s.tail_dwords[i] = -1 if 4 * i < tail else 0
             set_output_args(s, out, c0, 0)
             self.structs.append(s)
-            self.offsets.append((c0 if rows else c0 * ldw, c0 * dst_bytes))
+            self.offsets.append((i0 * a_item, i0 * w_item + (c0 if rows else c0 * ldw), i0 * c_item + c0 * dst_bytes))
             self.chunks.append((c0, 0))
         self.calls = CallPlan([[(kernel.function, s)] for s in self.structs])
 
@@ -95,8 +102,8 @@ class GemvPlan:
         ao = zp + (128 if spec.s8_src and spec.path.kind != "widen" else 0)
         a_ptr, w_ptr, c_ptr = pointer_to(a), pointer_to(w), pointer_to(dst)
         ao = (ao + 2**31) % 2**32 - 2**31  # (wraps, as the kernel's sums do)
-        for s, (w_off, c_off) in zip(self.structs, self.offsets):
-            s.a, s.w, s.c, s.ao = a_ptr, w_ptr + w_off, c_ptr + c_off, ao
+        for s, (a_off, w_off, c_off) in zip(self.structs, self.offsets):
+            s.a, s.w, s.c, s.ao = a_ptr + a_off, w_ptr + w_off, c_ptr + c_off, ao
 
     def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
         """:meth:`point`, then one kernel call per thread."""

@@ -503,6 +503,13 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         c_all = mem[DST].array.reshape(-1, rows, N)
         keep, runs = [], []
         items = c_all.shape[0]
+        batch_plan = self._in_place_batch(mem[WEIGHTS], views, a_all, c_all, rows, output) if items > 1 else None
+        if batch_plan is not None:  # every item in one call of the in-place kernel
+            plan, w = batch_plan
+            for st in plan.structs:
+                st.dst_scale_inv = dst_scale
+            plan.run(a_all, w, c_all, zp_src)
+            return self._replay([(plan, None, a_all, _read_in_place, None)], keep, False) if kept else None
         # Items that need nothing of each other (runtime weights of their own; no shared
         # compensation, or none at all; no padded source) go whole to one thread each,
         # dealt to the threads: a small item split between threads pays for the split and
@@ -609,14 +616,40 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             src1 = np.broadcast_to(src1.reshape(shape[1:]), shape)
         return np.ascontiguousarray(src1, np.float32)
 
+    def _in_place_batch(self, mem: Memory, views: dict, a_all, c_all, rows: int, output):
+        """(plan, weights) of one in-place call for every item of a batch, or None: where
+        the weights are read in place and no binary post-op reads an operand per item."""
+        pd = self.pd
+        if pd._in_place is None or mem.desc.is_packed or pd._binary:
+            return None
+        w = self._weights_view(mem)
+        if w.ndim != 3 or not reads_in_place(w[0], pd._in_place_layout):
+            return None
+        item = lambda x, many: x.strides[0] if many else 0  # noqa: E731 (a batch of 1: broadcast)
+        strides = (item(a_all, pd.src_batch > 1), item(w, w.shape[0] > 1), c_all.strides[0])
+        kernel = self._gemv_kernel(output)
+        ldw = w.strides[2] if pd._in_place_layout == "columns" else w.strides[1]
+        key = ("gemv items", kernel.address, views["sp"].ctypes.data, ldw, rows, strides)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = GemvPlan(kernel, rows, pd.N, pd.K, pd.K, ldw, pd.N * pd.output.dst_bytes,
+                                               self._output_args(views, None), pd.threads, c_all.shape[0], strides)
+        return plan, w
+
+    def _gemv_kernel(self, output):
+        """The in-place kernel for the output stage ``output`` (the descriptor's, or one a
+        call's dst scale or zero point made)."""
+        pd = self.pd
+        if output == pd.output:
+            return pd._in_place
+        kernels = self.__dict__.setdefault("_gemv_kernels", {})
+        return kernels.get(output) or kernels.setdefault(output, pd._gemv_for(output))
+
     def _gemv_plan(self, w: np.ndarray, views: dict, rows: int, output, b: int, threads: int) -> GemvPlan:
         """The in-place kernel's plan for item ``b`` (its own structs: a replay runs every
         item's calls without pointing them anew) on these weights' column stride."""
         pd = self.pd
-        kernel = pd._in_place
-        if output != pd.output:  # (a dst scale or zero point's values changed the stage)
-            kernels = self.__dict__.setdefault("_gemv_kernels", {})
-            kernel = kernels.get(output) or kernels.setdefault(output, pd._gemv_for(output))
+        kernel = self._gemv_kernel(output)
         ldw = w.strides[1] if pd._in_place_layout == "columns" else w.strides[0]
         key = ("gemv", kernel.address, views["sp"].ctypes.data, ldw, rows, b, threads)
         plan = self._plans.get(key)

@@ -209,7 +209,8 @@ def test_what_still_packs(isa_path):
 def test_batched_attention_scores(isa_path):
     """Attention at decode: one query row per head times that head's keys, given as a
     ``acb`` (items x K x N, K contiguous: the keys' rows) batch of runtime weights; every
-    head its own weights, in place, s8 query, exact; then a replay with new keys."""
+    head its own weights, in place, in one call, s8 query, exact; then a replay with new
+    keys."""
     rng = np.random.default_rng(11)
     heads, d, seq = 12, 64, 77
     q = rng.integers(-128, 128, (heads, 1, d)).astype(np.int8)
@@ -224,7 +225,8 @@ def test_batched_attention_scores(isa_path):
         prim.execute(args)
         np.testing.assert_array_equal(scores, q.astype(np.int64) @ keys.transpose(0, 2, 1).astype(np.int64))
         keys[...] = rng.integers(-128, 128, keys.shape)
-    assert prim._replay_for(args) is not None  # (elsewhere packed per call in machine code: replayed too)
+    # every head in one call of the in-place kernel (its items loop), replayed as it is
+    assert sum(s.items for s in prim._replay_for(args).run.plan.structs) == heads
 
 
 def test_batched_attention_values(isa_path):
@@ -291,3 +293,33 @@ def test_batch_items_spread_over_threads(isa_path, M, src_dt, zp, monkeypatch):
     run = prim._replay_for(args).run
     if zp is None or "runtime_weights" in pd.impl_info():  # spread: one plan of two threads
         assert run.joined.threads == 2 and all(p.calls.threads == 1 for p in run.plans)
+
+
+@pytest.mark.parametrize("isa,kind", PATHS)
+@pytest.mark.parametrize("layout", ["columns", "rows"])
+@pytest.mark.parametrize("items,threads", [(3, 1), (5, 2), (2, 3)])
+def test_items_in_one_call(isa, kind, layout, items, threads):
+    """A batch's items in one call of the kernel (its items loop: A, the weights and dst
+    advanced by their strides), by ranges of items (items >= threads) or of columns
+    (fewer): every item's product exact (or the saturating model's)."""
+    path = _path(isa, kind)
+    M, K, N = 2, 36, 40
+    comp = True  # (a zero point)
+    if not takes(path, K, N if layout == "rows" else None, M, comp):
+        pytest.skip(f"{isa}: the rows kernel has no room for {M} rows beside the compensation")
+    rng = np.random.default_rng(items + threads)
+    a = rng.integers(-128, 128, (items, M, K + 3)).astype(np.int8)[:, :, :K]  # (rows K + 3 apart)
+    if layout == "columns":
+        w = rng.integers(-128, 128, (items, N, K)).astype(np.int8).transpose(0, 2, 1)
+        ldw = w.strides[2]
+    else:
+        w = rng.integers(-128, 128, (items, K, N + 5)).astype(np.int8)[:, :, :N]
+        ldw = w.strides[1]
+    c = np.zeros((items, M, N), np.int32)
+    kernel = gemv_kernel(path, True, comp, OutputSpec(col_comp=False), layout, M)
+    plan = GemvPlan(kernel, M, N, K, a.strides[1], ldw, 4 * N, OutputArgs(col_comp=None), threads, items,
+                    (a.strides[0], w.strides[0], c.strides[0]))
+    plan.run(a, w, c, -3)
+    for i in range(items):
+        want = wrap_int32(gemm_sum(a[i], np.ascontiguousarray(w[i]), -3, 0, path.kind == "maddubsw"))
+        np.testing.assert_array_equal(c[i], want, err_msg=str(i))
