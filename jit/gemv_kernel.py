@@ -45,6 +45,9 @@ them at once::
 AVX2 reads the block's last partial dword of a row with VPMASKMOVD, so that path takes
 N % 4 == 0 only.
 
+Both loop over a batch's items (``items``; A, the weights and dst advanced by their
+strides): attention's heads at decode in one call.
+
 The step is the path's (``jit.dot``): VPDPBUSD, exact; VPMADDUBSW (``faithful`` without
 VNNI: A's bytes pair with the weights' as they do in the packed layout, (k, k+1) for
 even k, so the saturation is the packed kernels'); or widened (``exact`` without VNNI:
