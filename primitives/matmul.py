@@ -630,11 +630,19 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         kernel = self._gemv_kernel(output)
         ldw = w.strides[2] if pd._in_place_layout == "columns" else w.strides[1]
         key = ("gemv items", kernel.address, views["sp"].ctypes.data, ldw, rows, strides)
+        return self._kept_plan(key, lambda: GemvPlan(kernel, rows, pd.N, pd.K, pd.K, ldw, pd.N * pd.output.dst_bytes,
+                                                     self._output_args(views, None), pd.threads, c_all.shape[0],
+                                                     strides)), w
+
+    def _kept_plan(self, key, make):
+        """The plan kept under ``key``, or ``make()``'s, kept (a bounded number: a batch's
+        runtime weights make a plan per item)."""
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = GemvPlan(kernel, rows, pd.N, pd.K, pd.K, ldw, pd.N * pd.output.dst_bytes,
-                                               self._output_args(views, None), pd.threads, c_all.shape[0], strides)
-        return plan, w
+            if len(self._plans) > 8 + 2 * self.pd.batch:
+                self._plans.clear()
+            plan = self._plans[key] = make()
+        return plan
 
     def _gemv_kernel(self, output):
         """The in-place kernel for the output stage ``output`` (the descriptor's, or one a
@@ -652,28 +660,15 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         kernel = self._gemv_kernel(output)
         ldw = w.strides[1] if pd._in_place_layout == "columns" else w.strides[0]
         key = ("gemv", kernel.address, views["sp"].ctypes.data, ldw, rows, b, threads)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) > 8 + 2 * pd.batch:
-                self._plans.clear()
-            plan = self._plans[key] = GemvPlan(kernel, rows, pd.N, pd.K, pd.K, ldw,
-                                               pd.N * pd.output.dst_bytes, self._output_args(views, None), threads)
-        return plan
+        return self._kept_plan(key, lambda: GemvPlan(kernel, rows, pd.N, pd.K, pd.K, ldw, pd.N * pd.output.dst_bytes,
+                                                     self._output_args(views, None), threads))
 
     def _plan(self, packed, choice, views, lda, rows, output, threads: int):
         pd = self.pd
         kernel = self._kernel(choice, output)
         key = (id(packed), kernel.address, views["sp"].ctypes.data, lda, rows, threads)
-        plan = self._plans.get(key)
-        if plan is not None:
-            return plan
-        dst_bytes = pd.output.dst_bytes
-        plan = make_plan(kernel, packed, rows, pd.N, pd.K, lda, pd.N * dst_bytes,
-                         self._output_args(views, views["col_comp"]), threads)
-        if len(self._plans) > 8 + 2 * pd.batch:  # (runtime weights: a plan per batch item)
-            self._plans.clear()
-        self._plans[key] = plan
-        return plan
+        return self._kept_plan(key, lambda: make_plan(kernel, packed, rows, pd.N, pd.K, lda, pd.N * pd.output.dst_bytes,
+                                                      self._output_args(views, views["col_comp"]), threads))
 
     def _output_args(self, views: dict, col_comp) -> OutputArgs:
         """The output stage's operands, in this scratchpad's per-column vectors."""
