@@ -78,10 +78,10 @@ struct i8j_gemv_args {
     void *c; int64_t ldc;                 /* dst rows */
     int64_t m; int64_t n;
     int64_t k_main;                       /* columns: K's whole steps (spec.k_step), bytes; rows: K groups of 4 */
-    int64_t k_tail;                       /* columns: K mod the vector bytes; rows: K mod 4 (0: none) */
+    int64_t k_tail;                       /* columns: K mod spec.k_step; rows: K mod 4 (0: none) */
     uint64_t tail_bytes;                  /* AVX-512: the tail's byte mask */
     int32_t tail_dwords[8];               /* AVX2: the tail's dword mask (-1 valid, 0 not) */
-    int32_t ao; int32_t pad;              /* the compensation's factor (zero point, + 128 for s8) */
+    int32_t ao; int32_t pad;              /* the compensation's factor (zero point, + 128: shifts_s8) */
     int64_t items;                        /* a batch's items, one after another (1: one product) */
     int64_t a_item; int64_t w_item; int64_t c_item;  /* their strides, bytes */
     void *a_cur; void *c_cur; void *w_cur; int64_t m_left;  /* the kernel's own */
@@ -170,6 +170,13 @@ def rows_max(path: Path, comp: bool, output: OutputSpec) -> int:
     return max(0, min(MAX_ROWS, (path.registers - max(loop, stage)) // nv))
 
 
+def shifts_s8(path: Path) -> bool:
+    """Whether the kernels of ``path`` read an s8 source as u8 (A + 128, the 128 taken off
+    with the column sums): VPDPBUSD and VPMADDUBSW do; widened, A is sign-extended as it
+    is, and only a zero point needs the sums."""
+    return path.kind != "widen"
+
+
 def row_vectors(path: Path) -> int:
     """Output vectors a block of the rows kernel: 4 (VPDPBUSD: a vector of each row's
     bytes), or 2 (widened: half of one, sign-extended)."""
@@ -249,4 +256,4 @@ def generate(spec: GemvSpec):
                  meta={"spec": repr(spec)})
 
 
-__all__ = ["GemvSpec", "gemv_kernel", "generate", "rows_max", "takes", "fast_path"]
+__all__ = ["GemvSpec", "gemv_kernel", "generate", "rows_max", "shifts_s8", "takes", "fast_path"]

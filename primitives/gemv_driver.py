@@ -1,9 +1,9 @@
-"""Calling the in-place kernel (``jit.gemv_kernel``): a few rows of A times weights
-given as columns of K bytes, unpacked, at every call.
+"""Calling the in-place kernels (``jit.gemv_kernel``): a few rows of A times weights
+given at every call as columns of K bytes or rows of N, unpacked.
 
-:class:`GemvPlan` holds one argument struct per thread (a range of whole column blocks),
-made once; :meth:`GemvPlan.run` points them at this call's A, weights and dst and makes
-one kernel call per thread.
+:class:`GemvPlan` holds one argument struct per thread (a range of whole column blocks,
+or of a batch's items), made once; :meth:`GemvPlan.run` points them at this call's A,
+weights and dst and makes one kernel call per thread.
 
 Example::
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jit.gemv_kernel import ARGS_CDEF, SIGNATURE, takes
+from jit.gemv_kernel import ARGS_CDEF, SIGNATURE, shifts_s8, takes
 from primitives.gemm_driver import SMALL_WORK, OutputArgs, set_output_args
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
@@ -96,10 +96,10 @@ class GemvPlan:
     def point(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
         """The structs at this call's arrays (``w``: its first byte is the first column's
         first) and source zero point ``zp``: the kernel subtracts ``ao`` times each
-        column's sum, ``ao`` the zero point (+ 128 for an s8 source, read as u8 but where
-        widened)."""
+        column's sum, ``ao`` the zero point (+ 128 for an s8 source read as u8:
+        ``shifts_s8``)."""
         spec = self.kernel.meta["gemv"]
-        ao = zp + (128 if spec.s8_src and spec.path.kind != "widen" else 0)
+        ao = zp + (128 if spec.s8_src and shifts_s8(spec.path) else 0)
         a_ptr, w_ptr, c_ptr = pointer_to(a), pointer_to(w), pointer_to(dst)
         ao = (ao + 2**31) % 2**32 - 2**31  # (wraps, as the kernel's sums do)
         for s, (a_off, w_off, c_off) in zip(self.structs, self.offsets):

@@ -41,7 +41,7 @@ import numpy as np
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from jit.gemv_kernel import gemv_kernel
+from jit.gemv_kernel import gemv_kernel, shifts_s8
 from jit.pack_kernel import VnniPacker, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
 from jit.dot import widening_path
@@ -203,8 +203,8 @@ class _GemmBasedDesc(PrimitiveDesc):
         rows = M * batch if self.flat() else M
         layout = _in_place_layout(weights_md, self.kind, weights_order)
         path = widening_path(self.isa) if self.fast.path.kind != "vnni" and policy == "exact" else self.fast.path
-        # (the column sums: a zero point's, and an s8 source's +128 but where widened)
-        comp = SRC in attr.zero_points or self.src_s8 and path.kind != "widen"
+        # (the column sums: a zero point's, and an s8 source's +128 where it is shifted)
+        comp = SRC in attr.zero_points or self.src_s8 and shifts_s8(path)
         if layout is not None and runs_in_place(
                 path, rows, K, N if layout == "rows" else None, comp, self.output):
             self._in_place_layout, self._in_place_rows, self._in_place_path = layout, rows, (path, comp)
@@ -398,8 +398,9 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         self._plans: dict = {}
         self._sp_views: dict = {}
 
-    def _weights(self, mem: Memory, b: int, views: dict):
-        """(packed B, choice, repack) of batch item ``b``. Runtime weights are packed in
+    def _weights(self, mem: Memory, src: np.ndarray | None, b: int, views: dict):
+        """(packed B, choice, repack) of batch item ``b`` (``src``: runtime weights' view,
+        :meth:`_weights_view`; None for packed ones). Runtime weights are packed in
         machine code (``jit.pack_kernel``), every item in one call (at item 0), into
         buffers of this scratchpad's, the same at every call, so the items' plans are made
         once; ``repack`` packs the values they then hold again (for a replay; a no-op for
@@ -414,7 +415,6 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 raise ValueError("weights: this packed memory was not filled by a reorder into the layout "
                                  "weights_desc() asked for")
             return mem.payload + (None,)
-        src = self._weights_view(mem)
         item = (b if src.shape[0] > 1 else 0) if src.ndim == 3 else None
         if not vnni_packs(src):
             return pack_weights(src if item is None else src[item], pd.isa, pd.attr.policy, proof=False) + (None,)
@@ -431,19 +431,21 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             repack = packer.repeat
         return packer.packs[item or 0], choice, repack
 
-    def _weights_view(self, mem: Memory) -> np.ndarray:
+    def _weights_view(self, mem: Memory) -> np.ndarray | None:
         """Plain weights as K x N, or (a batched matmul's) items x K x N: the views the
-        packing, or the in-place kernel, reads."""
+        packing, or the in-place kernel, reads (taken once a call); None for packed ones."""
         pd = self.pd
+        if mem.desc.is_packed:
+            return None
         logical = mem.logical()
         return logical if pd.kind == "matmul" and logical.ndim == 3 else \
             WeightsLayout(pd.isa, pd.attr.policy, pd.K, pd.N, pd._weights_order).b_kn(logical)
 
-    def _in_place_weights(self, mem: Memory, b: int) -> np.ndarray | None:
-        """Batch item ``b``'s K x N weights where the in-place kernel reads them, else None."""
-        if self.pd._in_place is None or mem.desc.is_packed:
+    def _in_place_weights(self, w: np.ndarray | None, b: int) -> np.ndarray | None:
+        """Batch item ``b``'s K x N weights (of the view ``w``) where the in-place kernel
+        reads them, else None."""
+        if self.pd._in_place is None or w is None:
             return None
-        w = self._weights_view(mem)
         if w.ndim == 3:
             w = w[b if w.shape[0] > 1 else 0]
         return w if reads_in_place(w, self.pd._in_place_layout) else None
@@ -503,7 +505,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         c_all = mem[DST].array.reshape(-1, rows, N)
         keep, runs = [], []
         items = c_all.shape[0]
-        batch_plan = self._in_place_batch(mem[WEIGHTS], views, a_all, c_all, rows, output) if items > 1 else None
+        w_all = self._weights_view(mem[WEIGHTS])
+        batch_plan = self._in_place_batch(w_all, views, a_all, c_all, rows, output) if items > 1 else None
         if batch_plan is not None:  # every item in one call of the in-place kernel
             plan, w = batch_plan
             for st in plan.structs:
@@ -519,12 +522,12 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         item_threads = 1 if spread else pd.threads
         for b in range(items):
             a_b = a_all[b if pd.src_batch > 1 else 0]
-            w = self._in_place_weights(mem[WEIGHTS], b)
+            w = self._in_place_weights(w_all, b)
             comp = a4 = None
             if w is not None:  # read in place: no packing, the kernel subtracts the compensation
                 plan, repack = self._gemv_plan(w, views, rows, output, b, item_threads), _read_in_place
             else:
-                packed, choice, repack = self._weights(mem[WEIGHTS], b, views)
+                packed, choice, repack = self._weights(mem[WEIGHTS], w_all, b, views)
 
                 def comp(packed=packed):  # -ao * column sums, wrapping as int32
                     views["col_comp"][:packed.colsum.size] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
@@ -616,13 +619,13 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             src1 = np.broadcast_to(src1.reshape(shape[1:]), shape)
         return np.ascontiguousarray(src1, np.float32)
 
-    def _in_place_batch(self, mem: Memory, views: dict, a_all, c_all, rows: int, output):
-        """(plan, weights) of one in-place call for every item of a batch, or None: where
-        the weights are read in place and no binary post-op reads an operand per item."""
+    def _in_place_batch(self, w: np.ndarray | None, views: dict, a_all, c_all, rows: int, output):
+        """(plan, weights) of one in-place call for every item of a batch (``w``: the
+        weights' view), or None: where the weights are read in place and no binary
+        post-op reads an operand per item."""
         pd = self.pd
-        if pd._in_place is None or mem.desc.is_packed or pd._binary:
+        if pd._in_place is None or w is None or pd._binary:
             return None
-        w = self._weights_view(mem)
         if w.ndim != 3 or not reads_in_place(w[0], pd._in_place_layout):
             return None
         item = lambda x, many: x.strides[0] if many else 0  # noqa: E731 (a batch of 1: broadcast)

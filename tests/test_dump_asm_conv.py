@@ -78,8 +78,9 @@ def test_pack_kernels_listing():
     out = io.StringIO()
     assert run(["pack"], out) == 0
     text = out.getvalue()
-    assert all(f"; {name} [avx2]" in text for name in ("pack_b_vnni", "pack_b_vnni_wide", "pack_b_vnni_columns"))
-    assert "vpunpcklbw" in text.lower() and "vpunpckldq" in text.lower()
+    assert all(f"; {name} [avx2]" in text for name in ("pack_b_vnni", "pack_b_vnni_wide", "pack_b_vnni_columns",
+                                                        "pack_b_widen", "pack_b_widen_wide", "pack_b_widen_columns"))
+    assert "vpunpcklbw" in text.lower() and "vpunpckldq" in text.lower() and "vpmovsxbw" in text.lower()
 
 
 def test_copy_kernel_listing():

@@ -20,8 +20,9 @@ Kernels (``--list``)::
            [--window K] [--a-type u8|s8] [--dst s32|f32|u8|s8] (avg: the dst type; max
            writes the source type)
     copy   the row copy a convolution's threads fill their padded source with
-    pack   the kernels that pack B for the VNNI paths (runtime weights, reorders into
-           any): from rows of N bytes, 8 and 16 columns a pass, and from columns of K
+    pack   the kernels that pack B in machine code (runtime weights, reorders into any):
+           from rows of N bytes, 8 and 16 columns a pass, and from columns of K, into
+           the VNNI layout (which VPMADDUBSW reads too) and the widening one
     gemv   the kernel that reads an inner product's runtime weights in place (batch
            1-4) [--a-type u8|s8] [--dst u8|s8|s32|f32] [--fused] [--policy exact|faithful]
            (without VNNI: widened under exact, VPMADDUBSW under faithful)
@@ -53,7 +54,7 @@ KERNELS = {
     "conv": "the kernel of a convolution layer (primitives.conv: batch-reduce GEMM, or depthwise)",
     "pool": "the pooling kernel of a --window (primitives.pooling, jit.pooling_kernel)",
     "copy": "the row copy of a convolution's padded source (jit.copy_kernel)",
-    "pack": "the kernels packing B for the VNNI paths, from rows and from columns (jit.pack_kernel)",
+    "pack": "the kernels packing B, from rows and from columns, VNNI and widened (jit.pack_kernel)",
     "gemv": "the kernel reading runtime weights in place, a few rows (jit.gemv_kernel)",
 }
 
@@ -258,8 +259,9 @@ def _copy(args, isa: str):
 def _pack(args, isa: str):
     from jit.pack_kernel import ISA, pack_kernel
 
-    kernels = [pack_kernel(), pack_kernel(wide=True), pack_kernel(columns=True)]
-    return [f"B packed for the VNNI paths ({ISA} code: every ISA path runs it)"], kernels
+    kernels = [pack_kernel(columns, wide, widen) for widen in (False, True)
+               for columns, wide in ((False, False), (False, True), (True, False))]
+    return [f"B packed in the VNNI and the widening layouts ({ISA} code: every ISA path runs it)"], kernels
 
 
 def _gemv(args, isa: str):
@@ -267,7 +269,7 @@ def _gemv(args, isa: str):
     ``isa``: its output stage made by ``output_plan``, as the descriptor makes it (no
     descriptor: it would need the ISA on this CPU; the kernel is generated, not run)."""
     from jit.dot import fast_path, widening_path
-    from jit.gemv_kernel import gemv_kernel
+    from jit.gemv_kernel import gemv_kernel, shifts_s8
     from primitives.attr import Attr, PostOps
     from primitives.memory import desc
     from primitives.pipeline import output_plan
@@ -282,7 +284,7 @@ def _gemv(args, isa: str):
     s8 = args.a_type == "s8"
     output = output_plan(attr, desc((1, 1000), args.dst, "ab"), desc((1000,), "f32", "a") if args.fused else None,
                          None, col_comp=s8).spec
-    kernel = gemv_kernel(path, s8, s8 and path.kind != "widen", output)
+    kernel = gemv_kernel(path, s8, s8 and shifts_s8(path), output)
     return [f"inner product 1x2048 -> 1000, {args.a_type} -> {args.dst}, weights read in place: "
             f"{kernel.meta['gemv']}"], [kernel]
 
