@@ -53,16 +53,22 @@ struct i8j_pack_args {
     int64_t items; int64_t src_item; int64_t dst_item; int64_t sums_item;  /* a batch's strides */
     /* the kernel's own: groups left, in this block; items left; this item's B, bytes, sums */
     int64_t left; int64_t block; int64_t items_left; void *item_src; void *item_dst; void *item_sums;
+    /* jit.pack_rows512's: each 16 columns' byte offset in the packed B; the last chunk's
+       byte mask; K % 4 (its groups: K // 4) */
+    void *quarters; int64_t last_mask; int64_t k_rem;
+    void *block_src; int64_t block_off;  /* its own: the block's first row, its groups' offset */
 };
 """
 SIGNATURE = "void (*)(struct i8j_pack_args *)"
 FIELDS = ("src", "dst", "colsum", "ldb", "groups", "chunks", "tile_bytes", "tile_stride", "items", "src_item",
-          "dst_item", "sums_item", "left", "block", "items_left", "item_src", "item_dst", "item_sums")
+          "dst_item", "sums_item", "left", "block", "items_left", "item_src", "item_dst", "item_sums", "quarters",
+          "last_mask", "k_rem", "block_src", "block_off")
 ISA = "avx2"
 CHUNK = 8  # columns a pass
 WIDE = 16  # columns a pass of the rows kernel where tiles are whole 16s of columns
 BLOCK = 16  # K groups a sweep over the columns
 QUAD = 4  # K groups a step of the columns kernel (16 bytes of a column)
+CHUNK512, QUARTER512 = 64, 16  # jit.pack_rows512's columns a pass, and a stored row's
 
 
 def args_offsets() -> dict[str, int]:
@@ -128,7 +134,7 @@ class VnniPacker:
 
         from primitives.gemm_pack import PackedB
         from primitives.memory import aligned_zeros
-        from runtime.ffi import ffi, pointer_to
+        from runtime.isa import cpu_supports
         from runtime.pool import CallPlan
         from runtime.threads import split
 
@@ -137,46 +143,88 @@ class VnniPacker:
         self.k, self.n, self.items, self.columns = k, n, items, columns
         tile_n = nr * path.lanes
         tiles, groups = -(-n // tile_n), -(-k // 4)
-        # (16 columns a pass where the tiles are whole 16s and N needs no copy it would not
-        # need by 8: 4096 x 4096 6.0 -> 3.0 ms; 2048 x 1000 would copy B, 117 -> 170 us)
-        wide = not columns and tile_n % WIDE == 0 and (n % WIDE == 0 or n % CHUNK != 0)
-        self._width = WIDE if wide else CHUNK  # columns a pass of the kernel
-        self._n8 = -(-n // self._width) * self._width
-        self._padded = None  # a copy of B in whole groups and chunks, where B is not so
         widen = path.kind == "widen"  # (two s16 pairs a group: twice the bytes)
+        # A 512-bit path's rows of N: whole lines a load (jit.pack_rows512), no padded copy
+        # (2048 x 1000 on a Zen 4: 105 -> 55 us; 768 x 3072 127 -> 61).
+        wide512 = not columns and not widen and path.lanes == 16 and cpu_supports("avx512_core")
+        # (AVX2: 16 columns a pass where the tiles are whole 16s and N needs no copy it would
+        # not need by 8: 4096 x 4096 6.0 -> 3.0 ms; 2048 x 1000 would copy B, 117 -> 170 us)
+        wide = not columns and tile_n % WIDE == 0 and (n % WIDE == 0 or n % CHUNK != 0)
+        self._width = CHUNK512 if wide512 else WIDE if wide else CHUNK  # columns a pass of the kernel
+        chunks = -(-n // self._width)
+        self._n8 = n if wide512 else chunks * self._width
+        self._padded = None  # a copy of B in whole groups and chunks, where B is not so
         size = tiles * tile_n * groups * 4 * (2 if widen else 1)
         data = aligned_zeros(items * size).reshape(items, size)  # (padding columns: zero, never written)
-        self._sums = np.zeros((items, tiles * tile_n), np.int32)  # the kernel's; PackedB's are int64
+        # The kernels' sums, int32 (PackedB's are int64): the AVX2 kernels add each block's
+        # to them; the 512-bit one writes whole chunks' (its padding included)
+        self._sums = np.zeros((items, max(chunks * CHUNK512, tiles * tile_n) if wide512 else tiles * tile_n), np.int32)
         self._colsums = np.zeros((items, tiles * tile_n), np.int64)
         self.packs = [PackedB(data[i], n, k, tile_n, tiles, size // tiles, self._colsums[i], None, None)
                       for i in range(items)]
         self.packed = self.packs[0]
         # (the Kernel held, not only its function: its code stays mapped while a replay
         # or a bound call may still pack with this packer)
-        self._code = pack_kernel(columns, wide, widen) if groups and n else None
+        if not (k and n):
+            self._code = None
+        elif wide512:
+            from jit.pack_rows512 import quarter_offsets, rows512_kernel
+
+            self._code = rows512_kernel(path.kind == "vnni")
+            self._quarters = np.array(quarter_offsets(n, tile_n, size // tiles), np.int64)
+        else:
+            self._code = pack_kernel(columns, wide, widen)
+        self._wide512 = wide512
         self._k16 = -(-k // (4 * QUAD)) * 4 * QUAD  # (columns: K in whole quads of groups)
-        # Threads take ranges of whole tiles (their columns, packed bytes and sums) of every
-        # item, or, with fewer tiles than threads, ranges of a batch's items (attention's
-        # heads: 64 columns, one tile, 12 items).
-        by_items = tiles < threads <= items
-        self._parts = []  # (first item, first column, struct)
-        ranges = [((i0, i1), (0, tiles)) for i0, i1 in split(items, threads)] if by_items else \
-            [((0, items), t) for t in split(tiles, threads)]
-        for (i0, i1), (t0, t1) in ranges if self._code is not None else ():
-            c0, c1 = t0 * tile_n, min(self._n8, t1 * tile_n)  # columns
-            args = ffi.new("struct i8j_pack_args *", dict(groups=groups, chunks=(c1 - c0) // self._width,
-                                                          tile_bytes=4 * tile_n, tile_stride=size // tiles,
-                                                          items=i1 - i0, dst_item=size, sums_item=4 * tiles * tile_n))
-            args.dst = pointer_to(data) + i0 * size + t0 * (size // tiles)
-            args.colsum = pointer_to(self._sums) + 4 * (i0 * tiles * tile_n + c0)
-            self._parts.append((i0, c0, args))
-        self._calls = CallPlan([[(self._code.function, args)] for *_, args in self._parts]) if self._parts else None
+        # Threads take ranges of whole tiles (chunks of 64 columns, 512-bit) of every item
+        # (their columns, packed bytes and sums) or, with fewer than threads, ranges of a
+        # batch's items (attention's heads: 64 columns, one tile, 12 items).
+        self._units = chunks if wide512 else tiles
+        self._unit_n = CHUNK512 if wide512 else tile_n
+        self._geometry = dict(groups=groups, tile_bytes=4 * tile_n, tile_stride=size // tiles, dst_item=size,
+                              sums_item=4 * self._sums.shape[1])
+        self._data = data
         self._src = self._where = None  # the array the structs' src points into (kept alive with them)
+        by_items = self._units < threads <= items
+        ranges = [((i0, i1), (0, self._units)) for i0, i1 in split(items, threads)] if by_items else \
+            [((0, items), t) for t in split(self._units, threads)]
+        self._parts = self._make_parts(ranges)  # (first item, first column, struct)
+        self._item_parts = None  # one an item, for item_call()
+        self._calls = CallPlan([[(self._code.function, args)] for *_, args in self._parts]) if self._parts else None
         self._copy_from = None  # the last call's array, where a padded copy of it was packed
+
+    def _make_parts(self, ranges) -> list:
+        """(first item, first column, struct) of a call per ((i0, i1), (t0, t1)): items
+        [i0, i1), units (tiles, or 512-bit chunks) [t0, t1)."""
+        from runtime.ffi import ffi, pointer_to
+
+        parts, data, g, unit_n = [], self._data, self._geometry, self._unit_n
+        for (i0, i1), (t0, t1) in ranges if self._code is not None else ():
+            c0, c1 = t0 * unit_n, min(self._n8, t1 * unit_n)  # columns
+            args = ffi.new("struct i8j_pack_args *", dict(g, chunks=-(-(c1 - c0) // self._width), items=i1 - i0))
+            args.colsum = pointer_to(self._sums) + 4 * (i0 * self._sums.shape[1] + c0)
+            if self._wide512:
+                args.dst = pointer_to(data) + i0 * g["dst_item"]  # (+ each quarter's offset)
+                args.quarters = pointer_to(self._quarters) + 8 * (c0 // QUARTER512)
+                args.groups, args.k_rem = self.k // 4, self.k % 4
+                args.last_mask = (1 << (c1 - c0) % CHUNK512) - 1 if (c1 - c0) % CHUNK512 else -1
+            else:
+                args.dst = pointer_to(data) + i0 * g["dst_item"] + t0 * g["tile_stride"]
+            parts.append((i0, c0, args))
+        if self._where is not None:
+            self._point_parts(parts)
+        return parts
 
     def __call__(self, b):
         """Pack ``b`` (K x N, or items x K x N; its values now) into :attr:`packed` (or
         :attr:`packs`), which it returns."""
+        self.point(b)
+        self._pack()
+        return self.packs if b.ndim == 3 else self.packed
+
+    def point(self, b) -> None:
+        """Point the calls at ``b`` (as :meth:`__call__` takes it), packing nothing: for
+        :meth:`item_call`'s calls (a padded copy of ``b`` is made now, where one is needed)."""
         import numpy as np
 
         from runtime.ffi import pointer_to
@@ -188,7 +236,8 @@ class VnniPacker:
         # whole groups and chunks, rows in order; else a copy that is.
         src = (b if batch else b[None]).swapaxes(1, 2) if self.columns else (b if batch else b[None])
         rows, width = src.shape[1], src.shape[2]
-        whole = (self._n8, self._k16) if self.columns else (-(-self.k // 4) * 4, self._n8)
+        whole = (self._n8, self._k16) if self.columns else (self.k, self.n) if self._wide512 else \
+            (-(-self.k // 4) * 4, self._n8)
         self._copy_from = None
         if (rows, width) != whole or src.strides[2] != 1 or src.strides[1] < width \
                 or self.items > 1 and src.strides[0] < src.strides[1] * rows:
@@ -199,28 +248,46 @@ class VnniPacker:
             src = self._padded
         where = (pointer_to(src), src.strides)  # (a new view of the same bytes each call: the same)
         if where != self._where:
-            base = where[0]
-            for i0, c0, args in self._parts:  # (a part's columns: its rows, when they are columns)
-                item = src.strides[0] if self.items > 1 else 0
-                args.src = base + i0 * item + (c0 * src.strides[1] if self.columns else c0)
-                args.ldb, args.src_item = src.strides[1], item
             self._src, self._where = src, where
-        self._pack()
-        return self.packs if batch else self.packed
+            for parts in (self._parts, self._item_parts or ()):
+                self._point_parts(parts)
+
+    def _point_parts(self, parts) -> None:
+        base, strides = self._where
+        item = strides[0] if self.items > 1 else 0
+        for i0, c0, args in parts:  # (a part's columns: its rows, when they are columns)
+            args.src = base + i0 * item + (c0 * strides[1] if self.columns else c0)
+            args.ldb, args.src_item = strides[1], item
+
+    def item_call(self, i: int) -> tuple:
+        """``(function, struct)``: a call that packs item ``i`` alone, every column, at
+        the array :meth:`point` (or a call) last took. For a plan that runs each item's
+        packing on the thread that runs its product (a batch's items dealt to threads:
+        one hand-off, not two). Its column sums are not kept (:attr:`packs`' stay as the
+        last call that packed them made them): for products that read none."""
+        if self._item_parts is None:
+            self._item_parts = self._make_parts([((j, j + 1), (0, self._units)) for j in range(self.items)])
+        return self._code.function, self._item_parts[i][2]
+
+    def refresh(self) -> None:
+        """The padded copy of the last call's array made again, where there is one (before
+        :meth:`item_call`'s calls run again)."""
+        if self._copy_from is not None:
+            rows, width = self._copy_from.shape[1:]
+            self._padded[:, :rows, :width] = self._copy_from
 
     def repeat(self) -> None:
         """Pack again the values the last call's array holds now (a replay's: no checks,
         the structs point at it already; a padded copy is refreshed first)."""
-        if self._copy_from is not None:
-            rows, width = self._copy_from.shape[1:]
-            self._padded[:, :rows, :width] = self._copy_from
+        self.refresh()
         self._pack()
 
     def _pack(self) -> None:
         if self._calls is not None:
-            self._sums[...] = 0  # (the kernel adds each block's sums)
+            if not self._wide512:
+                self._sums[...] = 0  # (the kernel adds each block's sums)
             self._calls.run()
-        self._colsums[...] = self._sums
+        self._colsums[...] = self._sums[:, :self._colsums.shape[1]]
 
 
 def generate(columns: bool = False, wide: bool = False, widen: bool = False):

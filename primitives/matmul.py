@@ -398,13 +398,15 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         self._plans: dict = {}
         self._sp_views: dict = {}
 
-    def _weights(self, mem: Memory, src: np.ndarray | None, b: int, views: dict):
+    def _weights(self, mem: Memory, src: np.ndarray | None, b: int, views: dict, per_item: bool = False):
         """(packed B, choice, repack) of batch item ``b`` (``src``: runtime weights' view,
         :meth:`_weights_view`; None for packed ones). Runtime weights are packed in
         machine code (``jit.pack_kernel``), every item in one call (at item 0), into
         buffers of this scratchpad's, the same at every call, so the items' plans are made
         once; ``repack`` packs the values they then hold again (for a replay; a no-op for
-        the items after the first). Without VNNI, ``exact`` widens them: the proof and the
+        the items after the first). ``per_item``: nothing is packed here; each item's
+        plan runs ``views["packer"].item_call(b)`` first (``repack`` then only refreshes
+        a padded copy). Without VNNI, ``exact`` widens them: the proof and the
         split that VPMADDUBSW would need cost more per call than widening does (weights
         packed once take them). Else ``repack`` is None: packed weights, or runtime ones
         laid out neither as rows of N nor columns of K (``vnni_packs``), packed anew per
@@ -427,8 +429,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                                                   columns=src.strides[-1] != 1)
         repack = _packed_with_the_first
         if b == 0:
-            packer(src)
-            repack = packer.repeat
+            (packer.point if per_item else packer)(src)
+            repack = packer.refresh if per_item else packer.repeat
         return packer.packs[item or 0], choice, repack
 
     def _weights_view(self, mem: Memory) -> np.ndarray | None:
@@ -520,6 +522,11 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         spread = pd.threads > 1 and items >= 2 * pd.threads and K >= 4 and not mem[WEIGHTS].desc.is_packed \
             and (ao == 0 or pd._in_place is not None)
         item_threads = 1 if spread else pd.threads
+        # Spread items with weights of their own packed at this call: each thread packs its
+        # items' weights, then runs their products (one hand-off, not two; attention's 12
+        # heads of 128x128x64 on two threads: 44.8 -> ... us).
+        per_item = spread and w_all is not None and w_all.ndim == 3 and w_all.shape[0] == items
+        first_calls = []  # per item, where per_item and packed: its weights' packing
         for b in range(items):
             a_b = a_all[b if pd.src_batch > 1 else 0]
             w = self._in_place_weights(w_all, b)
@@ -527,7 +534,9 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             if w is not None:  # read in place: no packing, the kernel subtracts the compensation
                 plan, repack = self._gemv_plan(w, views, rows, output, b, item_threads), _read_in_place
             else:
-                packed, choice, repack = self._weights(mem[WEIGHTS], w_all, b, views)
+                packed, choice, repack = self._weights(mem[WEIGHTS], w_all, b, views, per_item)
+                if per_item:
+                    first_calls.append([views["packer"].item_call(b)])
 
                 def comp(packed=packed):  # -ao * column sums, wrapping as int32
                     views["col_comp"][:packed.colsum.size] = (-ao * packed.colsum).astype(np.uint32).view(np.int32)
@@ -558,7 +567,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             runs.append((plan, a4, a_b, repack, comp if repack is not None and ao else None))
         together = None
         if spread:
-            together = CallPlan.spread([r[0].calls for r in runs], pd.threads)
+            together = CallPlan.spread([r[0].calls for r in runs], pd.threads, first_calls or None)
             together.run()
         return self._replay(runs, keep, mem[WEIGHTS].desc.is_packed, together) if kept else None
 

@@ -152,13 +152,15 @@ class CallPlan:
         return cls([[call for plan in plans if t < plan.threads for call in plan._keep[t]] for t in range(threads)])
 
     @classmethod
-    def spread(cls, plans: list, threads: int) -> "CallPlan":
+    def spread(cls, plans: list, threads: int, first: list | None = None) -> "CallPlan":
         """One plan that deals one-thread ``plans`` to ``threads`` threads, whole plans in
         turn (a batch's items, each on one thread: one hand-off, and none of the splits
-        of a small item between threads). The plans must not depend on each other."""
+        of a small item between threads). The plans must not depend on each other;
+        ``first``: per plan, calls that run on its thread before it (its weights' packing)."""
         if any(plan.threads != 1 for plan in plans):
             raise ValueError("plans: spread takes one-thread plans")
-        return cls([[call for plan in plans[t::threads] for call in plan._keep[0]] for t in range(threads)])
+        lists = [(first[i] if first else []) + plan._keep[0] for i, plan in enumerate(plans)]
+        return cls([[call for calls in lists[t::threads] for call in calls] for t in range(threads)])
 
     def run(self) -> None:
         """Every list's calls, the first on this thread; returns when all are done."""

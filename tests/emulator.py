@@ -468,7 +468,8 @@ _KBITS = {ix.Mnemonic.KMOVB: 8, ix.Mnemonic.KMOVW: 16, ix.Mnemonic.KMOVD: 32, ix
 
 def _kxnor(m: Machine, ins) -> None:
     n = [_reg(ins.op_register(i))[1] for i in range(3)]
-    m.k[n[0]] = ~(m.k[n[1]] ^ m.k[n[2]]) & 0xFFFF
+    bits = 64 if ins.mnemonic == ix.Mnemonic.KXNORQ else 16
+    m.k[n[0]] = ~(m.k[n[1]] ^ m.k[n[2]]) & ((1 << bits) - 1)
 
 
 def _kshiftr(m: Machine, ins) -> None:
@@ -522,7 +523,7 @@ _SCALAR = {
     ix.Mnemonic.SARX: _shift("sarx"), ix.Mnemonic.NEG: _neg, ix.Mnemonic.PUSH: _push, ix.Mnemonic.POP: _pop,
     ix.Mnemonic.PREFETCHT0: _nop, ix.Mnemonic.PREFETCHT1: _nop, ix.Mnemonic.PREFETCHT2: _nop,
     ix.Mnemonic.PREFETCHNTA: _nop, ix.Mnemonic.NOP: _nop, ix.Mnemonic.VZEROUPPER: _vzeroupper,
-    ix.Mnemonic.KXNORW: _kxnor, ix.Mnemonic.KMOVB: _kmov, ix.Mnemonic.KMOVW: _kmov, ix.Mnemonic.KMOVD: _kmov,
+    ix.Mnemonic.KXNORW: _kxnor, ix.Mnemonic.KXNORQ: _kxnor, ix.Mnemonic.KMOVB: _kmov, ix.Mnemonic.KMOVW: _kmov, ix.Mnemonic.KMOVD: _kmov,
     ix.Mnemonic.KMOVQ: _kmov, ix.Mnemonic.KSHIFTRW: _kshiftr, ix.Mnemonic.KSHIFTRD: _kshiftr,
     ix.Mnemonic.KSHIFTRQ: _kshiftr, ix.Mnemonic.BZHI: _bzhi,
     **{getattr(ix.Mnemonic, "CMOV" + cc): _cmov for cc in ("E", "NE", "B", "AE", "BE", "A", "S", "NS", "L", "GE",

@@ -81,6 +81,9 @@ def test_pack_kernels_listing():
     assert all(f"; {name} [avx2]" in text for name in ("pack_b_vnni", "pack_b_vnni_wide", "pack_b_vnni_columns",
                                                         "pack_b_widen", "pack_b_widen_wide", "pack_b_widen_columns"))
     assert "vpunpcklbw" in text.lower() and "vpunpckldq" in text.lower() and "vpmovsxbw" in text.lower()
+    # the 512-bit rows kernels, generated on any CPU: VPERMD, byte-masked loads, their sums' step
+    assert "; pack_b_vnni_rows512 [avx512_core_vnni]" in text and "; pack_b_vnni_rows512_madd [avx512_core]" in text
+    assert all(op in text.lower() for op in ("vpermd zmm", "vmovdqu8 zmm", "vpdpbusd zmm", "vpmaddubsw zmm"))
 
 
 def test_copy_kernel_listing():

@@ -18,7 +18,8 @@ from tests.conftest import faithful_model
 
 # Every path's layout (the kernels are AVX2 code: any CPU here runs them): the VNNI one,
 # which VPMADDUBSW reads too, and the widening one.
-PATHS = [("avx512_core_vnni", None), ("avx2_vnni", None), ("avx2", None), ("avx2", "widen"), ("avx512_core", "widen")]
+PATHS = [("avx512_core_vnni", None), ("avx512_core", None), ("avx2_vnni", None), ("avx2", None), ("avx2", "widen"),
+         ("avx512_core", "widen")]
 
 
 @settings(max_examples=60, deadline=None)
@@ -82,6 +83,54 @@ def test_reads_and_writes_only_its_buffers(guarded, columns):
     packer(b)
     assert packer._padded is None  # read in place
     assert np.array_equal(out, pack_b(np.ascontiguousarray(b), path, 4, (0, 0)).data)
+
+
+@pytest.mark.parametrize("k,n,nr", [(30, 40, 3), (7, 100, 1), (3, 64, 4), (64, 129, 2)])
+def test_512_bit_kernel_reads_and_writes_only_its_buffers(guarded, k, n, nr):
+    """The 512-bit rows kernel (jit.pack_rows512) on B flush against a guard page (its
+    last chunk's masked loads), writing a packed B flush against another (its last
+    chunk's quarters past the tiles stored at the last real one): every byte and sum
+    as pack_b's, K % 4 rows and N % 64 columns included, no padded copy."""
+    from runtime.ffi import pointer_to
+    from runtime.isa import cpu_supports
+
+    if not cpu_supports("avx512_core"):
+        pytest.skip("CPU lacks AVX-512 (the 512-bit packing kernel)")
+    path = fast_path("avx512_core_vnni" if cpu_supports("avx512_core_vnni") else "avx512_core")
+    raw = guarded(k * n, np.int8, "end")
+    raw[...] = np.random.default_rng(k).integers(-128, 128, k * n)
+    b = raw.reshape(k, n)
+    packer = VnniPacker(k, n, path, nr)
+    assert packer._wide512
+    out = guarded(packer.packed.data.size, np.uint8, "end")
+    packer._parts[0][2].dst = pointer_to(out)
+    packer(b)
+    assert packer._padded is None  # read in place
+    want = pack_b(b, path, nr, (0, 0))
+    assert np.array_equal(out, want.data) and np.array_equal(packer.packed.colsum, want.colsum)
+
+
+@pytest.mark.parametrize("columns", [False, True])
+@pytest.mark.parametrize("isa", [("avx512_core_vnni", None), ("avx2", "widen")])
+def test_item_calls_pack_one_item_each(columns, isa):
+    """item_call(i): a call that packs item i alone (every column), on whatever thread a
+    plan puts it, at the array point() took, and again at new values after refresh()
+    (a padded copy: K not whole groups)."""
+    path = path_for(*isa)
+    rng = np.random.default_rng(7)
+    items, k, n = 5, 21, 70
+    packer = VnniPacker(k, n, path, 2, items, 2, columns=columns)
+    b = rng.integers(-128, 128, (items, k, n)).astype(np.int8)
+    view = np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1) if columns else b
+    packer.point(view)
+    for _ in range(2):
+        for i in (3, 0, 4, 1, 2):
+            fn, args = packer.item_call(i)
+            fn(args)
+        for i, pack in enumerate(packer.packs):
+            assert np.array_equal(pack.data, pack_b(b[i], path, 2, (0, 0)).data), i
+        view[...] = b[...] = rng.integers(-128, 128, b.shape)
+        packer.refresh()
 
 
 def test_pack_vnni_refuses_a_wrong_shape():
