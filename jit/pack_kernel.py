@@ -53,22 +53,24 @@ struct i8j_pack_args {
     int64_t items; int64_t src_item; int64_t dst_item; int64_t sums_item;  /* a batch's strides */
     /* the kernel's own: groups left, in this block; items left; this item's B, bytes, sums */
     int64_t left; int64_t block; int64_t items_left; void *item_src; void *item_dst; void *item_sums;
-    /* jit.pack_rows512's: each 16 columns' byte offset in the packed B; the last chunk's
-       byte mask; K % 4 (its groups: K // 4) */
-    void *quarters; int64_t last_mask; int64_t k_rem;
-    void *block_src; int64_t block_off;  /* its own: the block's first row, its groups' offset */
+    /* jit.pack512's: each 16 columns' byte offset in the packed B; the byte mask of the
+       rows kernel's last chunk (of the columns kernel's last block); K % 4 (rows: its
+       groups are K // 4); the columns kernel's blocks of 16 groups, its last block's groups,
+       its last quarter's columns */
+    void *quarters; int64_t last_mask; int64_t k_rem; int64_t blocks; int64_t last_groups; int64_t last_columns;
+    void *block_src; int64_t block_off;  /* the rows kernel's own: the block's first row, its groups' offset */
 };
 """
 SIGNATURE = "void (*)(struct i8j_pack_args *)"
 FIELDS = ("src", "dst", "colsum", "ldb", "groups", "chunks", "tile_bytes", "tile_stride", "items", "src_item",
           "dst_item", "sums_item", "left", "block", "items_left", "item_src", "item_dst", "item_sums", "quarters",
-          "last_mask", "k_rem", "block_src", "block_off")
+          "last_mask", "k_rem", "blocks", "last_groups", "last_columns", "block_src", "block_off")
 ISA = "avx2"
 CHUNK = 8  # columns a pass
 WIDE = 16  # columns a pass of the rows kernel where tiles are whole 16s of columns
 BLOCK = 16  # K groups a sweep over the columns
 QUAD = 4  # K groups a step of the columns kernel (16 bytes of a column)
-CHUNK512, QUARTER512 = 64, 16  # jit.pack_rows512's columns a pass, and a stored row's
+CHUNK512, QUARTER512 = 64, 16  # jit.pack512's columns a pass of the rows kernel, and of a stored row
 
 
 def args_offsets() -> dict[str, int]:
@@ -144,21 +146,22 @@ class VnniPacker:
         tile_n = nr * path.lanes
         tiles, groups = -(-n // tile_n), -(-k // 4)
         widen = path.kind == "widen"  # (two s16 pairs a group: twice the bytes)
-        # A 512-bit path's rows of N: whole lines a load (jit.pack_rows512), no padded copy
-        # (2048 x 1000 on a Zen 4: 105 -> 55 us; 768 x 3072 127 -> 61).
-        wide512 = not columns and not widen and path.lanes == 16 and cpu_supports("avx512_core")
+        # A 512-bit path: whole lines a load (jit.pack512), no padded copy (on a Zen 4, rows
+        # 2048 x 1000 105 -> 55 us, 768 x 3072 127 -> 61; columns ... ).
+        wide512 = not widen and path.lanes == 16 and cpu_supports("avx512_core")
+        self._wide512 = ("columns" if columns else "rows") if wide512 else None
         # (AVX2: 16 columns a pass where the tiles are whole 16s and N needs no copy it would
         # not need by 8: 4096 x 4096 6.0 -> 3.0 ms; 2048 x 1000 would copy B, 117 -> 170 us)
         wide = not columns and tile_n % WIDE == 0 and (n % WIDE == 0 or n % CHUNK != 0)
-        self._width = CHUNK512 if wide512 else WIDE if wide else CHUNK  # columns a pass of the kernel
+        self._width = (QUARTER512 if columns else CHUNK512) if wide512 else WIDE if wide else CHUNK  # columns a pass
         chunks = -(-n // self._width)
         self._n8 = n if wide512 else chunks * self._width
         self._padded = None  # a copy of B in whole groups and chunks, where B is not so
         size = tiles * tile_n * groups * 4 * (2 if widen else 1)
         data = aligned_zeros(items * size).reshape(items, size)  # (padding columns: zero, never written)
         # The kernels' sums, int32 (PackedB's are int64): the AVX2 kernels add each block's
-        # to them; the 512-bit one writes whole chunks' (its padding included)
-        self._sums = np.zeros((items, max(chunks * CHUNK512, tiles * tile_n) if wide512 else tiles * tile_n), np.int32)
+        # to them; the 512-bit ones write whole chunks' (their padding included)
+        self._sums = np.zeros((items, max(chunks * self._width, tiles * tile_n)), np.int32)
         self._colsums = np.zeros((items, tiles * tile_n), np.int64)
         self.packs = [PackedB(data[i], n, k, tile_n, tiles, size // tiles, self._colsums[i], None, None)
                       for i in range(items)]
@@ -168,24 +171,23 @@ class VnniPacker:
         if not (k and n):
             self._code = None
         elif wide512:
-            from jit.pack_rows512 import quarter_offsets, rows512_kernel
+            from jit.pack512 import pack512_kernel, quarter_offsets
 
-            self._code = rows512_kernel(path.kind == "vnni")
+            self._code = pack512_kernel(columns, path.kind == "vnni")
             self._quarters = np.array(quarter_offsets(n, tile_n, size // tiles), np.int64)
         else:
             self._code = pack_kernel(columns, wide, widen)
-        self._wide512 = wide512
         self._k16 = -(-k // (4 * QUAD)) * 4 * QUAD  # (columns: K in whole quads of groups)
-        # Threads take ranges of whole tiles (chunks of 64 columns, 512-bit) of every item
-        # (their columns, packed bytes and sums) or, with fewer than threads, ranges of a
-        # batch's items (attention's heads: 64 columns, one tile, 12 items).
+        # Threads take ranges of whole tiles (the 512-bit kernels' chunks of 64 or 16
+        # columns) of every item (their columns, packed bytes and sums) or, with fewer than
+        # threads, ranges of a batch's items (attention's heads: 64 columns, one tile, 12 items).
         self._units = chunks if wide512 else tiles
-        self._unit_n = CHUNK512 if wide512 else tile_n
+        self._unit_n = self._width if wide512 else tile_n
         self._geometry = dict(groups=groups, tile_bytes=4 * tile_n, tile_stride=size // tiles, dst_item=size,
                               sums_item=4 * self._sums.shape[1])
         self._data = data
         self._src = self._where = None  # the array the structs' src points into (kept alive with them)
-        by_items = self._units < threads <= items
+        by_items = tiles < threads <= items
         ranges = [((i0, i1), (0, self._units)) for i0, i1 in split(items, threads)] if by_items else \
             [((0, items), t) for t in split(self._units, threads)]
         self._parts = self._make_parts(ranges)  # (first item, first column, struct)
@@ -206,8 +208,14 @@ class VnniPacker:
             if self._wide512:
                 args.dst = pointer_to(data) + i0 * g["dst_item"]  # (+ each quarter's offset)
                 args.quarters = pointer_to(self._quarters) + 8 * (c0 // QUARTER512)
+            if self._wide512 == "rows":
                 args.groups, args.k_rem = self.k // 4, self.k % 4
-                args.last_mask = (1 << (c1 - c0) % CHUNK512) - 1 if (c1 - c0) % CHUNK512 else -1
+                args.last_mask = _low_bits((c1 - c0) % CHUNK512)
+            elif self._wide512 == "columns":  # (blocks of 16 groups: 64 bytes of a column)
+                args.blocks = -(-self.k // (4 * QUARTER512))
+                args.last_groups = g["groups"] - QUARTER512 * (args.blocks - 1)
+                args.last_mask = _low_bits(self.k % (4 * QUARTER512))
+                args.last_columns = c1 - c0 - QUARTER512 * (args.chunks - 1)
             else:
                 args.dst = pointer_to(data) + i0 * g["dst_item"] + t0 * g["tile_stride"]
             parts.append((i0, c0, args))
@@ -236,7 +244,7 @@ class VnniPacker:
         # whole groups and chunks, rows in order; else a copy that is.
         src = (b if batch else b[None]).swapaxes(1, 2) if self.columns else (b if batch else b[None])
         rows, width = src.shape[1], src.shape[2]
-        whole = (self._n8, self._k16) if self.columns else (self.k, self.n) if self._wide512 else \
+        whole = (src.shape[1], src.shape[2]) if self._wide512 else (self._n8, self._k16) if self.columns else \
             (-(-self.k // 4) * 4, self._n8)
         self._copy_from = None
         if (rows, width) != whole or src.strides[2] != 1 or src.strides[1] < width \
@@ -288,6 +296,11 @@ class VnniPacker:
                 self._sums[...] = 0  # (the kernel adds each block's sums)
             self._calls.run()
         self._colsums[...] = self._sums[:, :self._colsums.shape[1]]
+
+
+def _low_bits(count: int) -> int:
+    """A byte mask of ``count`` bytes (int64: all ones where ``count`` is 0, a whole line)."""
+    return (1 << count) - 1 if count else -1
 
 
 def generate(columns: bool = False, wide: bool = False, widen: bool = False):

@@ -152,7 +152,7 @@ def test_emulated_vnni_packing_writes_what_the_cpu_writes(emulated, k, n, nr, co
     """jit.pack_kernel's kernels (AVX2 code: VPUNPCK*, VINSERTI128, VPMADDUBSW by ones;
     widened: VPMOVSXBW, VSHUFPS, VPERMQ), from rows of N bytes and from columns of K,
     native and emulated: the same packed bytes and column sums. (From rows on a CPU
-    with AVX-512: jit.pack_rows512's, KXNORQ, byte-masked loads, VPERMD, VPDPBUSD.)"""
+    with AVX-512: jit.pack512's, KXNORQ, byte-masked loads, VPERMD, VSHUFI64X2, VPDPBUSD.)"""
     from jit.dot import fast_path, widening_path
     from jit.pack_kernel import pack_vnni
 

@@ -85,12 +85,14 @@ def test_reads_and_writes_only_its_buffers(guarded, columns):
     assert np.array_equal(out, pack_b(np.ascontiguousarray(b), path, 4, (0, 0)).data)
 
 
-@pytest.mark.parametrize("k,n,nr", [(30, 40, 3), (7, 100, 1), (3, 64, 4), (64, 129, 2)])
-def test_512_bit_kernel_reads_and_writes_only_its_buffers(guarded, k, n, nr):
-    """The 512-bit rows kernel (jit.pack_rows512) on B flush against a guard page (its
-    last chunk's masked loads), writing a packed B flush against another (its last
-    chunk's quarters past the tiles stored at the last real one): every byte and sum
-    as pack_b's, K % 4 rows and N % 64 columns included, no padded copy."""
+@pytest.mark.parametrize("columns", [False, True])
+@pytest.mark.parametrize("k,n,nr", [(30, 40, 3), (7, 100, 1), (3, 64, 4), (64, 129, 2), (130, 17, 1)])
+def test_512_bit_kernels_read_and_write_only_their_buffers(guarded, columns, k, n, nr):
+    """The 512-bit kernels (jit.pack512) on B flush against a guard page (rows: the
+    last chunk's masked loads; columns: the last block's), writing a packed B flush
+    against another (rows: the last chunk's quarters past the tiles stored at the last
+    real one; columns: the last block's groups only): every byte and sum as pack_b's,
+    K % 4 rows, K % 64 bytes and N % 64 (16) columns included, no padded copy."""
     from runtime.ffi import pointer_to
     from runtime.isa import cpu_supports
 
@@ -99,14 +101,14 @@ def test_512_bit_kernel_reads_and_writes_only_its_buffers(guarded, k, n, nr):
     path = fast_path("avx512_core_vnni" if cpu_supports("avx512_core_vnni") else "avx512_core")
     raw = guarded(k * n, np.int8, "end")
     raw[...] = np.random.default_rng(k).integers(-128, 128, k * n)
-    b = raw.reshape(k, n)
-    packer = VnniPacker(k, n, path, nr)
-    assert packer._wide512
+    b = raw.reshape(n, k).T if columns else raw.reshape(k, n)
+    packer = VnniPacker(k, n, path, nr, columns=columns)
+    assert packer._wide512 == ("columns" if columns else "rows")
     out = guarded(packer.packed.data.size, np.uint8, "end")
     packer._parts[0][2].dst = pointer_to(out)
     packer(b)
     assert packer._padded is None  # read in place
-    want = pack_b(b, path, nr, (0, 0))
+    want = pack_b(np.ascontiguousarray(b), path, nr, (0, 0))
     assert np.array_equal(out, want.data) and np.array_equal(packer.packed.colsum, want.colsum)
 
 
