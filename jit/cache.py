@@ -167,6 +167,21 @@ def get_kernel(key: Hashable, generate: Callable[[], GeneratedCode]) -> Kernel:
         return kernel
 
 
+def cached_kernel(key: Hashable) -> Kernel | None:
+    """The kernel for ``key`` from memory or disk, or None: never generated (for what is
+    worth having only where it costs nothing to get)."""
+    with _lock:
+        kernel = _memory.get(key)
+        if kernel is not None and not kernel.closed:
+            return kernel
+        generated = _read_disk(key) if _disk_enabled() else None
+        if generated is None:
+            return None
+        stats["disk_hits"] += 1
+        kernel = _memory[key] = load(generated)
+        return kernel
+
+
 def clear_memory() -> None:
     """Forget every cached kernel of this process. Each is unmapped once nothing holds it:
     a primitive keeps the kernels its call plans point at, so it goes on working (the next

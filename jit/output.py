@@ -461,7 +461,12 @@ class _Stage:
             self.masked_store(self.ctx.c_row(i) + v * self.vb, a, v)
             return
         lo, hi = DST_RANGE[dt]
-        asm.VMINPS(a, a, self.const(hi, f"{dt}_upper"))
+        # u8 on AVX-512 known >= 0 or NaN: VPMOVUSDB saturates what VCVTPS2DQ gives (above
+        # 255, and 0x80000000 for NaN and values past 2^31, read unsigned) as the clamp
+        # would: one FP operation less a vector (relu and u8 out, the common case)
+        unsigned_store = self.wide and dt == "u8" and not self.lower_clamp
+        if not unsigned_store:
+            asm.VMINPS(a, a, self.const(hi, f"{dt}_upper"))
         if self.lower_clamp:
             asm.VMAXPS(a, a, self.const(lo, f"{dt}_lower"))
         asm.VCVTPS2DQ(a, a)
@@ -472,9 +477,9 @@ class _Stage:
         if self.wide:
             import peachpy.x86_64 as px
 
-            # u8: in range (clamped, or known >= 0), so truncation is exact; s8: saturated
+            # u8: clamped, so truncation is exact, or saturated as above; s8: saturated
             out = px.oword[address] if self.masks is None else px.oword[address](self.masks[v])
-            (asm.VPMOVDB if dt == "u8" else asm.VPMOVSDB)(out, a)
+            (asm.VPMOVUSDB if unsigned_store else asm.VPMOVDB if dt == "u8" else asm.VPMOVSDB)(out, a)
             return
         # ymm: 8 s32 -> 8 bytes in the low qword of tmp (the packs saturate below the range)
         asm.VEXTRACTI128(self.tmp.as_xmm, a, 1)

@@ -70,6 +70,7 @@ from primitives.attr import (BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Attr, check_sc
                              check_zero_points, expected_count)
 from primitives.checks import check_disjoint
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc, identity_tag
+from runtime.pool import prepare_single_runs
 
 _TENSOR_ARGS = (SRC, WEIGHTS, BIAS, DST)
 # Argument sets a thread keeps set up per primitive: identical descriptors share one
@@ -279,6 +280,7 @@ class PrimitiveDesc:
     def create(self) -> "Primitive":
         """The primitive for this descriptor: from the primitive cache when an identical one exists."""
         t0 = time.perf_counter()
+        prepare_single_runs()
         if self.cacheable:
             prim, _hit = primitive_cache.get_or_create(self.key(), self._build)
         else:

@@ -40,6 +40,26 @@ def test_every_call_once(lengths):
     assert _counts(cells) == [[2000] * n for n in lengths]
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 12])
+def test_one_thread_lists_in_one_call(n, monkeypatch):
+    """A one-thread list of calls runs in one call of the pool's fork_join where
+    prepare_single_runs() found it (here: loaded), else call by call: every call once."""
+    pool._load()
+    monkeypatch.setattr(pool, "_single_probed", False)
+    monkeypatch.setattr(pool, "_single_runner", None)
+    plan, cells = _plan([n])
+    plan.run()
+    pool.prepare_single_runs()
+    assert pool._single_runner is not None
+    ran = []
+    runner = pool._single_runner
+    monkeypatch.setattr(pool, "_single_runner", lambda *a: (ran.append(a[2]), runner(*a)))
+    for _ in range(100):
+        plan.run()
+    assert _counts(cells) == [[101] * n]
+    assert ran == ([1] * 100 if n > 1 else [])
+
+
 def test_sleeping_workers_wake():
     """Past their polling the workers sleep in futex; a post must wake them."""
     plan, cells = _plan([1, 1])
