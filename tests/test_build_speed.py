@@ -77,8 +77,10 @@ KERNELS = {
         path_for("avx512_core", "maddubsw"), True, True, replace(_F32, col_comp=False), "rows", 2)),
     "gemv-rows-avx2_vnni": lambda: gemv_kernel.generate(gemv_kernel.GemvSpec(
         path_for("avx2_vnni"), False, False, replace(_CONV, col_comp=False), "rows", 1)),
-    "pack-widen-columns": lambda: pack_kernel.generate(True, False, True),
-    "pack-vnni-wide": lambda: pack_kernel.generate(False, True),
+    "pack-widen-columns256": lambda: pack_kernel.generate(True, 256, True),
+    "pack-vnni-rows256": lambda: pack_kernel.generate(False, 256),
+    "pack-vnni-rows512": lambda: pack_kernel.generate(False, 512, False, True),
+    "pack-vnni-columns512-madd": lambda: pack_kernel.generate(True, 512),
 }
 
 

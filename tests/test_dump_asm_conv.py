@@ -76,15 +76,17 @@ def test_pool_kernel_listing(isa):
 
 
 def test_pack_kernels_listing():
+    """dump-asm pack: every packing kernel, the 512-bit ones generated on any CPU."""
     out = io.StringIO()
     assert run(["pack"], out) == 0
     text = out.getvalue()
-    assert all(f"; {name} [avx2]" in text for name in ("pack_b_vnni", "pack_b_vnni_wide", "pack_b_vnni_columns",
-                                                        "pack_b_widen", "pack_b_widen_wide", "pack_b_widen_columns"))
-    assert "vpunpcklbw" in text.lower() and "vpunpckldq" in text.lower() and "vpmovsxbw" in text.lower()
-    # the 512-bit rows kernels, generated on any CPU: VPERMD, byte-masked loads, their sums' step
-    assert "; pack_b_vnni_rows512 [avx512_core_vnni]" in text and "; pack_b_vnni_rows512_madd [avx512_core]" in text
-    assert all(op in text.lower() for op in ("vpermd zmm", "vmovdqu8 zmm", "vpdpbusd zmm", "vpmaddubsw zmm"))
+    names = [f"; pack_b_{layout}_{source}{bits}{sums} [{isa}]" for source in ("rows", "columns")
+             for layout, bits, sums, isa in (("vnni", 256, "", "avx2"), ("widen", 256, "", "avx2"),
+                                             ("vnni", 512, "", "avx512_core_vnni"), ("vnni", 512, "_madd", "avx512_core"))]
+    assert all(name in text for name in names), [name for name in names if name not in text]
+    lower = text.lower()
+    assert all(op in lower for op in ("vpermd zmm", "vpermd ymm", "vmovdqu8 zmm", "vpmaskmovd ymm", "vpdpbusd zmm",
+                                      "vpmaddubsw zmm", "vpmovsxbw ymm", "vshufi64x2 zmm", "vperm2i128 ymm"))
 
 
 def test_copy_kernel_listing():

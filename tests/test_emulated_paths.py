@@ -147,21 +147,22 @@ def test_rows_gemv_emulated(emulated, isa, M, N, K, src_dt, zp):
 
 @pytest.mark.parametrize("k,n,nr", [(12, 64, 4), (37, 70, 3), (4, 8, 1), (32, 24, 2)])
 @pytest.mark.parametrize("columns", [False, True])
-@pytest.mark.parametrize("widen", [False, True])
-def test_emulated_vnni_packing_writes_what_the_cpu_writes(emulated, k, n, nr, columns, widen):
-    """jit.pack_kernel's kernels (AVX2 code: VPUNPCK*, VINSERTI128, VPMADDUBSW by ones;
-    widened: VPMOVSXBW, VSHUFPS, VPERMQ), from rows of N bytes and from columns of K,
-    native and emulated: the same packed bytes and column sums. (From rows on a CPU
-    with AVX-512: jit.pack512's, KXNORQ, byte-masked loads, VPERMD, VSHUFI64X2, VPDPBUSD.)"""
+@pytest.mark.parametrize("layout", ["avx512_core_vnni", "avx512_core", "avx2", "widen"])
+def test_emulated_vnni_packing_writes_what_the_cpu_writes(emulated, k, n, nr, columns, layout):
+    """jit.pack_rows' and jit.pack_columns' kernels, from rows of N bytes and from columns
+    of K, native and emulated: the same packed bytes and column sums. 512-bit (on a CPU
+    with AVX-512: KXNORQ, byte-masked loads, VPERMD, VSHUFI64X2, sums by VPDPBUSD or
+    VPMADDUBSW) and 256-bit (VPMASKMOVD, VPERM2I128; widened: VPMOVSXBW, VSHUFPS, VPERMQ)."""
     from jit.dot import fast_path, widening_path
     from jit.pack_kernel import pack_vnni
 
+    path = widening_path("avx512_core") if layout == "widen" else fast_path(layout)
     b = np.random.default_rng(k + n).integers(-128, 128, (k, n)).astype(np.int8)
     if columns:
         b = np.ascontiguousarray(b.T).T
 
     def run():
-        packed = pack_vnni(b, widening_path("avx512_core") if widen else fast_path("avx512_core_vnni"), nr)
+        packed = pack_vnni(b, path, nr)
         return np.concatenate([packed.data.view(np.uint8), packed.colsum.view(np.uint8)])
     _native_then_emulated(emulated, run)
 

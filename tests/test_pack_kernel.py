@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jit.dot import fast_path, path_for
-from jit.pack_kernel import CHUNK, VnniPacker, pack_vnni
+from jit.pack_kernel import VnniPacker, pack_vnni
 from primitives.attr import Attr
 from primitives.gemm_pack import pack_b
 from primitives.matmul import InnerProductDesc, MatmulDesc
@@ -88,7 +88,7 @@ def test_reads_and_writes_only_its_buffers(guarded, columns):
 @pytest.mark.parametrize("columns", [False, True])
 @pytest.mark.parametrize("k,n,nr", [(30, 40, 3), (7, 100, 1), (3, 64, 4), (64, 129, 2), (130, 17, 1)])
 def test_512_bit_kernels_read_and_write_only_their_buffers(guarded, columns, k, n, nr):
-    """The 512-bit kernels (jit.pack512) on B flush against a guard page (rows: the
+    """The 512-bit kernels (jit.pack_rows, jit.pack_columns) on B flush against a guard page (rows: the
     last chunk's masked loads; columns: the last block's), writing a packed B flush
     against another (rows: the last chunk's quarters past the tiles stored at the last
     real one; columns: the last block's groups only): every byte and sum as pack_b's,
@@ -103,7 +103,7 @@ def test_512_bit_kernels_read_and_write_only_their_buffers(guarded, columns, k, 
     raw[...] = np.random.default_rng(k).integers(-128, 128, k * n)
     b = raw.reshape(n, k).T if columns else raw.reshape(k, n)
     packer = VnniPacker(k, n, path, nr, columns=columns)
-    assert packer._wide512 == ("columns" if columns else "rows")
+    assert packer._w.bits == 512
     out = guarded(packer.packed.data.size, np.uint8, "end")
     packer._parts[0][2].dst = pointer_to(out)
     packer(b)
@@ -138,7 +138,6 @@ def test_item_calls_pack_one_item_each(columns, isa):
 def test_pack_vnni_refuses_a_wrong_shape():
     with pytest.raises(ValueError, match=r"^weights: expected 1 x 4 x 8 \(items x K x N\), got \(8, 4\)"):
         VnniPacker(4, 8, fast_path("avx2_vnni"), 1)(np.zeros((8, 4), np.int8))
-    assert CHUNK == 8
 
 
 def _policy(isa_path) -> str:

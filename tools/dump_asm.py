@@ -54,7 +54,7 @@ KERNELS = {
     "conv": "the kernel of a convolution layer (primitives.conv: batch-reduce GEMM, or depthwise)",
     "pool": "the pooling kernel of a --window (primitives.pooling, jit.pooling_kernel)",
     "copy": "the row copy of a convolution's padded source (jit.copy_kernel)",
-    "pack": "the kernels packing B, from rows and from columns, VNNI and widened (jit.pack_kernel, jit.pack512)",
+    "pack": "the kernels packing B, from rows and from columns, VNNI and widened (jit.pack_kernel, pack_rows, pack_columns)",
     "gemv": "the kernel reading runtime weights in place, a few rows (jit.gemv_kernel)",
 }
 
@@ -258,17 +258,13 @@ def _copy(args, isa: str):
 
 def _pack(args, isa: str):
     from jit import cache
-    from jit.pack_kernel import ISA, pack_kernel
-    from jit.pack512 import ISA as ISA512
-    from jit.pack512 import cache_key, generate
+    from jit.pack_kernel import all_kernel_keys, generate, kernel_key
 
-    kernels = [pack_kernel(columns, wide, widen) for widen in (False, True)
-               for columns, wide in ((False, False), (False, True), (True, False))]
-    # (the 512-bit ones generated, not run: listed on any CPU)
-    kernels += [cache.get_kernel(cache_key(columns, vnni), lambda c=columns, v=vnni: generate(c, v))
-                for columns in (False, True) for vnni in (True, False)]
-    return [f"B packed in the VNNI and the widening layouts ({ISA} code: every ISA path runs it), and from "
-            f"rows of N and columns of K in the VNNI layout on the 512-bit paths ({ISA512}, sums by VPDPBUSD with VNNI)"], kernels
+    # (generated, not run: the 512-bit ones are listed on any CPU)
+    kernels = [cache.get_kernel(kernel_key(*key), lambda key=key: generate(*key)) for key in all_kernel_keys()]
+    return ["B packed from rows of N and from columns of K: 256-bit code (every ISA path runs it) into the VNNI "
+            "layout and the widening one, 512-bit code into the VNNI layout on the 512-bit paths (sums by "
+            "VPDPBUSD with VNNI)"], kernels
 
 
 def _gemv(args, isa: str):
