@@ -51,6 +51,7 @@ FIELDS = ("src", "dst", "colsum", "ldb", "groups", "chunks", "tile_bytes", "tile
           "dst_item", "sums_item", "left", "block", "items_left", "item_src", "item_dst", "item_sums", "quarters",
           "last_mask", "k_rem", "blocks", "last_groups", "last_columns", "block_src", "block_off", "sums_at")
 
+
 def args_offsets() -> dict[str, int]:
     from runtime.ffi import declare, struct_offsets
 

@@ -325,6 +325,42 @@ def test_gemm_reuse(isa_path, policy):
         Gemm(M, N, K, isa=isa_path).execute(A, C)
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("a_type,offsetc,alpha,beta,transb", [("u8", "R", 1.0, 1.0, "N"), ("s8", "F", 1.0, 0.0, "T"),
+                                                               ("u8", "C", 0.5, 2.0, "N"), ("s8", "R", 2.0, 0.0, "N")])
+def test_one_off_calls_keep_their_gemm(isa_path, policy, a_type, offsetc, alpha, beta, transb):
+    """gemm_u8s8s32 / gemm_s8s8s32 called again with the same signature reuse a kept Gemm
+    (its B packer's buffers and plan): new B values in the same array and in another,
+    new A, offsets and co, the column sums of each call's B (an s8 A, a source offset)
+    recomputed in place; every result as the model's."""
+    from primitives import gemm as gemm_mod
+
+    M, N, K = 9, 40, 37
+    rng = np.random.default_rng(11)
+    fn = gemm_u8s8s32 if a_type == "u8" else gemm_s8s8s32
+    lo = 0 if a_type == "u8" else -128
+    faithful = faithful_model(policy, isa_path)
+    B = rng.integers(-128, 128, (N, K) if transb == "T" else (K, N), dtype=np.int8)
+    ldb = B.shape[1]
+    kept = []
+    co = rng.integers(-500, 500, {"F": 1, "C": M, "R": N}[offsetc], dtype=np.int32)
+    for step, (ao, bo) in enumerate([(0, 0), (3, 0), (3, 0), (3, 0), (0, -2), (5, 0), (5, 0)]):
+        if step == 2:
+            B = rng.integers(-128, 128, B.shape, dtype=np.int8)  # another array
+        else:
+            B[...] = rng.integers(-128, 128, B.shape)  # new values in the same one
+        if step == 5:
+            co = co + 7
+        A = rng.integers(lo, lo + 256, (M, K)).astype(np.uint8 if a_type == "u8" else np.int8)
+        C = rng.integers(-100, 100, (M, N), dtype=np.int32)
+        want = reference.gemm("N", transb, offsetc, M, N, K, alpha, A, K, ao, B, ldb, bo, beta, C.copy(), N, co,
+                              faithful=faithful)
+        fn("N", transb, offsetc, M, N, K, alpha, A, K, ao, B, ldb, bo, beta, C, N, co, policy=policy, isa=isa_path)
+        np.testing.assert_array_equal(C, want, err_msg=str(step))
+        kept.append(set(map(id, gemm_mod._one_off.gemms.values())))
+    assert len(set.intersection(*kept)) >= 1  # the same Gemm served every call
+
+
 def test_impl_info(isa_path):
     K, N, M = 64, 48, 8
     rng = np.random.default_rng(4)
