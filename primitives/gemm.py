@@ -134,10 +134,9 @@ def candidates(isa: str, policy: str, n: int) -> list[Choice]:
 
 
 def runtime_choice(isa: str, policy: str, n: int) -> Choice | None:
-    """The decision for weights of ``n`` columns packed for one call in machine code,
-    without a proof, or None where that takes a proof (``exact`` without VNNI packed once
-    through the residual cells): VNNI, ``faithful`` (VPMADDUBSW reads the VNNI layout),
-    or, for ``runtime`` weights under ``exact`` without VNNI, widened."""
+    """The decision for weights of ``n`` columns that need no proof, packed for a call in
+    machine code (VNNI; ``faithful``: VPMADDUBSW reads the VNNI layout), or None: under
+    ``exact`` without VNNI they need one (:func:`runtime_widened` widens them instead)."""
     if fast_path(isa).kind == "vnni" or policy == "faithful":
         return decide(isa, policy, None, n)
     return None
@@ -501,9 +500,11 @@ def _gemm_call(a_type, transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, l
            resolve_threads(threads) if isinstance(threads, (int, type(None))) else threads)
     kept = _one_off.__dict__.setdefault("gemms", {})
     try:
-        g = kept.get(key)
+        g = kept.pop(key, None)  # (put back last: the least recently used goes first)
     except TypeError:  # (an argument that is not hashable: Gemm says what is wrong with it)
         g = key = None
+    if g is not None:
+        kept[key] = g
     if g is None:
         g = Gemm(M, N, K, a_type=a_type, transa=transa, transb=transb, offsetc=offsetc, lda=lda, ldb=ldb, ldc=ldc,
                  alpha=alpha, beta=beta, policy=policy, isa=isa, threads=threads)

@@ -524,7 +524,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         item_threads = 1 if spread else pd.threads
         # Spread items with weights of their own packed at this call: each thread packs its
         # items' weights, then runs their products (one hand-off, not two; attention's 12
-        # heads of 128x128x64 on two threads: 44.8 -> ... us).
+        # heads of 128x128x64 on two threads: 44.8 -> 42.0 us, 128x64x128 0.82 -> 0.97 of oneDNN).
         per_item = spread and w_all is not None and w_all.ndim == 3 and w_all.shape[0] == items
         first_calls = []  # per item, where per_item and packed: its weights' packing
         for b in range(items):
