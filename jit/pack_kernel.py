@@ -77,6 +77,19 @@ def kernel_key(columns: bool, bits: int, widen: bool = False, vnni: bool = False
     return name + ("" if vnni or bits == 256 else "_madd"), Width(bits).isa + ("_vnni" if vnni else "")
 
 
+def packer_kernel(path, columns: bool):
+    """The kernel :class:`VnniPacker` runs for ``path``'s layout from rows of N (or
+    ``columns`` of K): 512-bit code for a 512-bit path's VNNI layout where the CPU has
+    AVX-512 (rows 2048 x 1000 on a Zen 4: the AVX2 kernels' 105 us -> 55), else 256-bit.
+    A primitive that will pack runtime weights asks for it at creation."""
+    from jit.pack_rows import Width
+    from runtime.isa import cpu_supports
+
+    widen = path.kind == "widen"
+    bits = 512 if path.lanes == 16 and not widen and cpu_supports("avx512_core") else 256
+    return pack_kernel(columns, bits, widen, path.kind == "vnni" and bits == 512), Width(bits)
+
+
 def all_kernel_keys() -> list:
     """(columns, bits, widen, vnni) of every packing kernel VnniPacker may run."""
     return [(columns, bits, widen, vnni) for columns in (False, True)
@@ -121,10 +134,9 @@ class VnniPacker:
                  columns: bool = False) -> None:
         import numpy as np
 
+        from jit.pack_rows import quarter_offsets
         from primitives.gemm_pack import PackedB
         from primitives.memory import aligned_zeros
-        from jit.pack_rows import Width, quarter_offsets
-        from runtime.isa import cpu_supports
         from runtime.pool import CallPlan
         from runtime.threads import split
 
@@ -134,9 +146,9 @@ class VnniPacker:
         tile_n = nr * path.lanes
         tiles, groups = -(-n // tile_n), -(-k // 4)
         widen = path.kind == "widen"  # (two s16 pairs a group: twice the bytes)
-        # 512-bit code for a 512-bit path's VNNI layout (on a Zen 4, rows 2048 x 1000: the
-        # AVX2 kernels' 105 us -> 55), else 256-bit.
-        w = Width(512 if path.lanes == 16 and not widen and cpu_supports("avx512_core") else 256)
+        # (the Kernel held, not only its function: its code stays mapped while a replay
+        # or a bound call may still pack with this packer)
+        self._code, w = packer_kernel(path, columns)
         self._w = w
         self._unit_n = w.lanes if columns else w.chunk  # columns a pass: a quarter, or a chunk
         units = -(-n // self._unit_n)
@@ -152,9 +164,8 @@ class VnniPacker:
         self.packs = [PackedB(data[i], n, k, tile_n, tiles, size // tiles, self._colsums[i], None, None)
                       for i in range(items)]
         self.packed = self.packs[0]
-        # (the Kernel held, not only its function: its code stays mapped while a replay
-        # or a bound call may still pack with this packer)
-        self._code = pack_kernel(columns, w.bits, widen, path.kind == "vnni" and w.bits == 512) if k and n else None
+        if not (k and n):
+            self._code = None
         self._quarters = np.array(quarter_offsets(n, tile_n, size // tiles, w.lanes, self._unit_n), np.int64)
         self._geometry = dict(groups=k // 4 if not columns else groups, k_rem=0 if columns else k % 4,
                               tile_bytes=4 * tile_n, tile_stride=size // tiles, dst_item=size,

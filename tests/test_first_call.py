@@ -9,7 +9,9 @@ meets, on every ISA path this CPU runs, one thread (a second thread's pool is th
 process's, made once at its first parallel call). The benchmark's weights are full
 range, so on paths without VNNI the exact policy runs the widening kernel: creation,
 which has not seen the weights, makes both kernels they could take. Before, the
-widening one was made at the first call (res2 3x3 on a Zen 3: 46 ms).
+widening one was made at the first call (res2 3x3 on a Zen 3: 46 ms). Likewise the
+kernel that packs runtime weights (given at every call) is made at creation: it was
+made at the first call.
 
 Nor does a first execution parse C types: cffi parses a type string with pycparser the
 first time a process meets it (0.4-1 ms each), and the execution's argument structs,
@@ -47,6 +49,8 @@ CASES = [
     _gemm("BERT-128 768->768: prefetch of the next tile", 128, 768, 768),
     _gemm("fc at batch 1: B prefetched ahead", 1, 1000, 2048),
     _gemm("odd matmul: a tail block, K % 4", 67, 130, 75, prim="matmul"),
+    dict(_gemm("runtime weights (ip, columns of K): their packing kernel", 32, 1000, 2048), runtime=True),
+    dict(_gemm("runtime weights (matmul, rows of N)", 16, 96, 70, prim="matmul"), runtime=True),
     _layer("stem 7x7/2 3->64"),
     _layer("res2 3x3 64->64"),
     _layer("res3 proj 1x1/2 256->512"),
