@@ -57,12 +57,20 @@ def rank(name: str) -> int:
     return LADDER.index(check_name(name))
 
 
+_supports_seen: dict = {}  # name -> (the probe result asked, the answer): per-call checks ask often
+
+
 def cpu_supports(name: str) -> bool:
     """Whether this CPU (and OS register-state support) can execute the ISA path."""
     from runtime.cpu import cpu_info
 
     info = cpu_info()
-    return all(info.has(f) for f in REQUIRES[check_name(name)])
+    seen = _supports_seen.get(name)
+    if seen is not None and seen[0] is info:  # (a new probe result, a test's synthetic CPU: asked anew)
+        return seen[1]
+    answer = all(info.has(f) for f in REQUIRES[check_name(name)])
+    _supports_seen[name] = (info, answer)
+    return answer
 
 
 def supported() -> tuple[str, ...]:

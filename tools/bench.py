@@ -28,6 +28,9 @@ after the other):
   ``bench_timing.host_steal_counters``).
 * Inputs are full-range random, B is constant: int8jit packs it once at creation (a
   reusable ``primitives.gemm.Gemm``); oneDNN's GEMM API takes B as is on every call.
+  The row with ``B`` ``call`` is int8jit's own one-off call (``gemm_u8s8s32`` /
+  ``gemm_s8s8s32``: B packed at every call, as oneDNN's call takes it; the kept GEMM of
+  its signature), the like-for-like comparison.
 * Policies: VNNI paths are exact, one ``exact`` row. On the VPMADDUBSW paths three rows:
   ``faithful`` (computes what oneDNN computes there), ``exact`` with full-range weights
   (the proof fails, int8jit takes the widening path; % peak is of that path's peak) and
@@ -89,13 +92,16 @@ class GemmBench:
     def rows(isa: str) -> list[tuple[str, str]]:
         """(policy, weights) rows of int8jit per problem on ``isa``."""
         if isa.endswith("vnni"):
-            return [("exact", "full")]
-        return [("faithful", "full"), ("exact", "full"), ("exact", "safe")]
+            return [("exact", "full"), ("exact", "call")]
+        return [("faithful", "full"), ("exact", "full"), ("exact", "safe"), ("faithful", "call")]
 
     @classmethod
     def int8jit_callable(cls, shape, kind, isa, threads, policy, weights="full"):
-        """(one-call callable, impl_info) for int8jit on a reusable primitive."""
-        A, B, C = cls.operands(shape, kind, weights)
+        """(one-call callable, impl_info) for int8jit on a reusable primitive, or
+        (``weights`` "call") its one-off call."""
+        A, B, C = cls.operands(shape, kind, "full" if weights == "call" else weights)
+        if weights == "call":
+            return int8jit_one_off_callable(kind, *shape, isa, threads, policy, A, B, C)
         return int8jit_gemm_callable(kind, *shape, isa, threads, policy, A, B, C)
 
     @classmethod
@@ -121,6 +127,21 @@ def int8jit_gemm_callable(kind, M, N, K, isa, threads, policy, A, B, C):
         g.execute(A, C)
 
     call()  # builds (or loads) the kernel, so impl_info names it
+    return call, g.impl_info()
+
+
+def int8jit_one_off_callable(kind, M, N, K, isa, threads, policy, A, B, C):
+    """A zero-argument callable making one-off calls of ``gemm_u8s8s32`` (``gemm_s8s8s32``)
+    with B given at every call, as oneDNN's, and the kept GEMM's ``impl_info()``."""
+    from primitives import gemm
+
+    fn = gemm.gemm_u8s8s32 if kind == "u8s8" else gemm.gemm_s8s8s32
+    co = np.zeros(1, np.int32)
+
+    def call():
+        fn("N", "N", "F", M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, C, N, co, policy=policy, isa=isa, threads=threads)
+
+    g = gemm._gemm_call(kind[:2], "N", "N", "F", M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, C, N, co, policy, isa, threads)
     return call, g.impl_info()
 
 
