@@ -150,20 +150,13 @@ def _prune(folder: str, limit: float) -> None:
 def get_kernel(key: Hashable, generate: Callable[[], GeneratedCode]) -> Kernel:
     """The kernel for ``key``: from memory, else from disk, else ``generate()`` it."""
     with _lock:
-        kernel = _memory.get(key)
-        if kernel is not None and not kernel.closed:
-            stats["memory_hits"] += 1
-            return kernel
-        generated = _read_disk(key) if _disk_enabled() else None
-        if generated is not None:
-            stats["disk_hits"] += 1
-        else:
+        kernel = _from_caches(key)
+        if kernel is None:
             generated = generate()
             stats["generated"] += 1
             if _disk_enabled():
                 _write_disk(key, generated)
-        kernel = load(generated)
-        _memory[key] = kernel
+            kernel = _memory[key] = load(generated)
         return kernel
 
 
@@ -171,15 +164,22 @@ def cached_kernel(key: Hashable) -> Kernel | None:
     """The kernel for ``key`` from memory or disk, or None: never generated (for what is
     worth having only where it costs nothing to get)."""
     with _lock:
-        kernel = _memory.get(key)
-        if kernel is not None and not kernel.closed:
-            return kernel
-        generated = _read_disk(key) if _disk_enabled() else None
-        if generated is None:
-            return None
-        stats["disk_hits"] += 1
-        kernel = _memory[key] = load(generated)
+        return _from_caches(key)
+
+
+def _from_caches(key: Hashable) -> Kernel | None:
+    """(``_lock`` held) The kernel for ``key`` from memory, else from disk (then kept in
+    memory), or None."""
+    kernel = _memory.get(key)
+    if kernel is not None and not kernel.closed:
+        stats["memory_hits"] += 1
         return kernel
+    generated = _read_disk(key) if _disk_enabled() else None
+    if generated is None:
+        return None
+    stats["disk_hits"] += 1
+    kernel = _memory[key] = load(generated)
+    return kernel
 
 
 def clear_memory() -> None:
