@@ -21,8 +21,8 @@ Kernels (``--list``)::
            writes the source type)
     copy   the row copy a convolution's threads fill their padded source with
     pack   the kernels that pack B in machine code (runtime weights, reorders into any):
-           from rows of N bytes, 8 and 16 columns a pass, and from columns of K, into
-           the VNNI layout (which VPMADDUBSW reads too) and the widening one
+           from rows of N bytes and from columns of K, 256-bit into the VNNI layout
+           (which VPMADDUBSW reads too) and the widening one, 512-bit into the VNNI one
     gemv   the kernel that reads an inner product's runtime weights in place (batch
            1-4) [--a-type u8|s8] [--dst u8|s8|s32|f32] [--fused] [--policy exact|faithful]
            (without VNNI: widened under exact, VPMADDUBSW under faithful)
