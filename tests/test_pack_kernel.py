@@ -85,25 +85,36 @@ def test_reads_and_writes_only_its_buffers(guarded, columns):
     assert np.array_equal(out, pack_b(np.ascontiguousarray(b), path, 4, (0, 0)).data)
 
 
+_GUARDED = [(512, "vnni", k, n, nr) for k, n, nr in ((30, 40, 3), (7, 100, 1), (3, 64, 4), (64, 129, 2), (130, 17, 1))] + \
+    [(256, layout, k, n, nr) for layout in ("vnni", "widen") for k, n, nr in ((28, 40, 2), (8, 100, 1), (64, 132, 3),
+                                                                             (4, 8, 1), (36, 20, 4))]
+
+
 @pytest.mark.parametrize("columns", [False, True])
-@pytest.mark.parametrize("k,n,nr", [(30, 40, 3), (7, 100, 1), (3, 64, 4), (64, 129, 2), (130, 17, 1)])
-def test_512_bit_kernels_read_and_write_only_their_buffers(guarded, columns, k, n, nr):
-    """The 512-bit kernels (jit.pack_rows, jit.pack_columns) on B flush against a guard page (rows: the
-    last chunk's masked loads; columns: the last block's), writing a packed B flush
-    against another (rows: the last chunk's quarters past the tiles stored at the last
-    real one; columns: the last block's groups only): every byte and sum as pack_b's,
-    K % 4 rows, K % 64 bytes and N % 64 (16) columns included, no padded copy."""
+@pytest.mark.parametrize("bits,layout,k,n,nr", _GUARDED)
+def test_kernels_read_and_write_only_their_buffers(guarded, columns, bits, layout, k, n, nr):
+    """The packing kernels (jit.pack_rows, jit.pack_columns) on B flush against a guard
+    page (rows: the last chunk's masked loads; columns: the last block's), writing a
+    packed B flush against another (rows: the last chunk's quarters past the tiles
+    stored at the last real one; columns: the last block's groups only): every byte and
+    sum as pack_b's, no padded copy. 512-bit: K % 4 rows, K % 64 bytes and N % 64 (16)
+    columns included; 256-bit (dword masks: K and N in whole dwords), the VNNI layout
+    and the widening one."""
+    from jit.dot import widening_path
     from runtime.ffi import pointer_to
     from runtime.isa import cpu_supports
 
-    if not cpu_supports("avx512_core"):
+    if bits == 512 and not cpu_supports("avx512_core"):
         pytest.skip("CPU lacks AVX-512 (the 512-bit packing kernel)")
-    path = fast_path("avx512_core_vnni" if cpu_supports("avx512_core_vnni") else "avx512_core")
+    if bits == 512:
+        path = fast_path("avx512_core_vnni" if cpu_supports("avx512_core_vnni") else "avx512_core")
+    else:
+        path = widening_path("avx2") if layout == "widen" else fast_path("avx2")
     raw = guarded(k * n, np.int8, "end")
     raw[...] = np.random.default_rng(k).integers(-128, 128, k * n)
     b = raw.reshape(n, k).T if columns else raw.reshape(k, n)
     packer = VnniPacker(k, n, path, nr, columns=columns)
-    assert packer._w.bits == 512
+    assert packer._w.bits == bits
     out = guarded(packer.packed.data.size, np.uint8, "end")
     packer._parts[0][2].dst = pointer_to(out)
     packer(b)
