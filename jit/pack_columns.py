@@ -15,7 +15,7 @@ are dword-masked: K % 4 == 0, else the packer pads K.
 """
 from __future__ import annotations
 
-from jit.pack_rows import Width, next_item, start, sum_step, widen_pairs
+from jit.pack_rows import Width, load_pick, next_item, start, sum_step, widen_pairs
 
 
 def emit_columns(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> None:
@@ -27,14 +27,13 @@ def emit_columns(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> 
     from jit.asm import (ADD, CMP, DEC, JBE, JE, JMP, JNE, JNZ, LABEL, LEA, MOV, Label, rax, rbp, rbx, rcx, rdi, rdx,
                          rsi, r8, r9, r10, r11, r12, r13, r14, r15)
 
-    if widen and w.bits != 256:  # pragma: no cover - the packer widens with 256-bit code
-        raise ValueError("widen: 256-bit kernels only")
     A = lambda f: [rdi + offsets[f]]  # noqa: E731
     n = w.lanes  # columns a quarter, groups a block
     v = [w.v(i) for i in range(n)]  # column j's groups of the block
     spare = [w.v(n + i) for i in range(2)]
     acc = [w.v(n + 2 + i) for i in range(4 if w.bits == 512 else 1)]
     ones8, ones16, dmask = (w.v(n + 2 + len(acc) + i) for i in range(3))
+    pick = (w.v(n + 5 + len(acc)), w.v(n + 6 + len(acc))) if widen and w.bits == 512 else None
     kmask = asm.k1
     bases = (rax, rbx, rcx, rdx)[: n // 4]  # columns 0, 4, 8, 12 of the quarter
     columns = [address for b in bases for address in ([b], [b + r10 * 1], [b + r10 * 2], [b + r11 * 1])]
@@ -42,6 +41,8 @@ def emit_columns(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> 
     asm.LOAD.ARGUMENT(rdi, argument)
     done, item, chunk, block, whole_k, partial, loaded, partial_stores, stored = (Label() for _ in range(9))
     start(A, ones8, ones16, vnni, done)
+    if pick:
+        load_pick(w, *pick)
     LEA(r13, [r12 + r12 * 2])  # 3 rows
     LABEL(item)
     MOV(rsi, A("item_src"))  # the quarter's first column
@@ -111,9 +112,9 @@ def emit_columns(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> 
     def store_group(g: int, x) -> None:
         """Group g's row ``x`` stored (widened: its two rows, summed here: ``x`` is spent)."""
         if widen:
-            first, second = widen_pairs(x, *free)
-            asm.VMOVDQU(rows[(2 * g) % 4], first)
-            asm.VMOVDQU(rows[(2 * g + 1) % 4], second)
+            first, second = widen_pairs(x, *free, pick)
+            w.move(rows[(2 * g) % 4], first)
+            w.move(rows[(2 * g + 1) % 4], second)
             for t in (first, second):
                 asm.VPMADDWD(t, t, ones16)
                 asm.VPADDD(acc[0], acc[0], t)

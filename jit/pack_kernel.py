@@ -74,26 +74,27 @@ def kernel_key(columns: bool, bits: int, widen: bool = False, vnni: bool = False
     from jit.pack_rows import Width
 
     name = "pack_b_" + ("widen" if widen else "vnni") + ("_columns" if columns else "_rows") + str(bits)
-    return name + ("" if vnni or bits == 256 else "_madd"), Width(bits).isa + ("_vnni" if vnni else "")
+    return name + ("_madd" if bits == 512 and not (vnni or widen) else ""), Width(bits).isa + ("_vnni" if vnni else "")
 
 
 def packer_kernel(path, columns: bool):
     """The kernel :class:`VnniPacker` runs for ``path``'s layout from rows of N (or
-    ``columns`` of K): 512-bit code for a 512-bit path's VNNI layout where the CPU has
-    AVX-512 (rows 2048 x 1000 on a Zen 4: the AVX2 kernels' 105 us -> 55), else 256-bit.
-    A primitive that will pack runtime weights asks for it at creation."""
+    ``columns`` of K): 512-bit code for a 512-bit path where the CPU has AVX-512 (rows
+    2048 x 1000 on a Zen 4: the AVX2 kernels' 105 us -> 55), else 256-bit. A primitive
+    that will pack runtime weights asks for it at creation."""
     from jit.pack_rows import Width
     from runtime.isa import cpu_supports
 
     widen = path.kind == "widen"
-    bits = 512 if path.lanes == 16 and not widen and cpu_supports("avx512_core") else 256
+    bits = 512 if path.lanes == 16 and cpu_supports("avx512_core") else 256
     return pack_kernel(columns, bits, widen, path.kind == "vnni" and bits == 512), Width(bits)
 
 
 def all_kernel_keys() -> list:
     """(columns, bits, widen, vnni) of every packing kernel VnniPacker may run."""
     return [(columns, bits, widen, vnni) for columns in (False, True)
-            for bits, widen, vnni in ((256, False, False), (256, True, False), (512, False, True), (512, False, False))]
+            for bits, widen, vnni in ((256, False, False), (256, True, False), (512, False, True), (512, False, False),
+                                      (512, True, False))]
 
 
 def vnni_packs(b) -> bool:

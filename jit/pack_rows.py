@@ -102,8 +102,6 @@ def emit_rows(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> Non
     from jit.asm import (ADD, CMP, DEC, IMUL, JB, JNE, JNZ, JZ, LABEL, LEA, MOV, SUB, TEST, Label, rax, rbp, rbx, rcx,
                          rdi, rdx, rsi, r8, r9, r10, r11, r12, r13, r14, r15)
 
-    if widen and w.bits != 256:  # pragma: no cover - the packer widens with 256-bit code
-        raise ValueError("widen: 256-bit kernels only")
     A = lambda f: [rdi + offsets[f]]  # noqa: E731
     rows, pairs, acc = [w.v(i) for i in range(4)], [w.v(4 + i) for i in range(4)], [w.v(8 + i) for i in range(4)]
     ones8, ones16, perm, dmask = w.v(12), w.v(13), w.v(14), w.v(15)
@@ -115,6 +113,9 @@ def emit_rows(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> Non
     start(A, ones8, ones16, vnni, done)
     name = f"pack_rows_perm{w.bits}"
     w.move(perm, Constant._uint32xN(Name(prename=name), w.lanes, *perm_dwords(w)))
+    pick = (w.v(16), w.v(17)) if widen and w.bits == 512 else None
+    if pick:
+        load_pick(w, *pick)
 
     def load(r, address) -> None:
         if w.bits == 512:
@@ -137,9 +138,9 @@ def emit_rows(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> Non
         asm.VPUNPCKHWD(rows[3], pairs[1], pairs[3])  # 3
         for j, base in zip((3, 2, 1, 0), quarters):  # (last first: see the module)
             if widen:
-                first, second = widen_pairs(rows[j], pairs[0], pairs[1])
-                asm.VMOVDQU([base + rbp * 1], first)
-                asm.VMOVDQU([base + rbx * 1], second)
+                first, second = widen_pairs(rows[j], pairs[0], pairs[1], pick)
+                w.move([base + rbp * 1], first)
+                w.move([base + rbx * 1], second)
                 for x in (first, second):
                     asm.VPMADDWD(x, x, ones16)
                     asm.VPADDD(acc[j], acc[j], x)
@@ -269,12 +270,22 @@ def emit_rows(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> Non
     next_item(A, item, done)
 
 
-def widen_pairs(x, t0, t1) -> tuple:
-    """A 256-bit dword row ``x`` (8 columns' 4 K bytes) widened: (the first pairs' row,
+def widen_pairs(x, t0, t1, pick: tuple | None = None) -> tuple:
+    """A dword row ``x`` (a column's 4 K bytes a dword) widened: (the first pairs' row,
     the second pairs'), each column's pair as two s16 in a dword; in ``t0`` and ``x``
-    (``t1`` clobbered)."""
+    (``t1`` clobbered). 512-bit: ``pick`` holds the even and odd dword indexes of two
+    tables (:func:`load_pick`)."""
     from jit import asm
 
+    if pick is not None:  # zmm: columns 0-7 and 8-15 widened, each pair picked from both
+        even, odd = pick
+        asm.VEXTRACTI64X4(t1.as_ymm, x, 1)
+        asm.VPMOVSXBW(t1, t1.as_ymm)  # columns 8-15: a dword a pair
+        asm.VPMOVSXBW(x, x.as_ymm)  # columns 0-7
+        asm.VMOVDQA64(t0, even)
+        asm.VPERMI2D(t0, x, t1)  # the first pairs, columns 0-15
+        asm.VPERMT2D(x, odd, t1)  # the second pairs
+        return t0, x
     asm.VEXTRACTI128(t1.as_xmm, x, 1)
     asm.VPMOVSXBW(t1, t1.as_xmm)  # columns 4-7: per 128 bits, two columns' (pair 0, pair 1)
     asm.VPMOVSXBW(x, x.as_xmm)  # columns 0-3
@@ -283,6 +294,16 @@ def widen_pairs(x, t0, t1) -> tuple:
     asm.VPERMQ(t0, t0, 0xD8)  # 0-7
     asm.VPERMQ(x, x, 0xD8)
     return t0, x
+
+
+def load_pick(w: Width, even, odd) -> None:
+    """The 512-bit widening's indexes (:func:`widen_pairs`): the even dwords of two
+    tables, then the odd ones."""
+    from peachpy.literal import Constant
+    from peachpy.name import Name
+
+    for register, first, name in ((even, 0, "pack_pick_even"), (odd, 1, "pack_pick_odd")):
+        w.move(register, Constant._uint32xN(Name(prename=name), w.lanes, *range(first, 2 * w.lanes, 2)))
 
 
 def start(A, ones8, ones16, vnni: bool, done) -> None:

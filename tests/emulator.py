@@ -756,6 +756,16 @@ def _permd(m: Machine, ins) -> None:
     m.vdst(ins, d[idx % d.size], 4)
 
 
+def _perm2d(m: Machine, ins) -> None:
+    """VPERMT2D (operand 0 the first table, 1 the indexes) / VPERMI2D (0 the indexes, 1
+    the first table); operand 2 the second: index bit log2(lanes) picks the table."""
+    w = m.cur.width
+    a, b = m.vsrc(ins, 0, w).view(np.uint32), m.vsrc(ins, 1, w).view(np.uint32)
+    idx, first = (b, a) if ins.mnemonic == ix.Mnemonic.VPERMT2D else (a, b)
+    tables = np.concatenate([first, m.vsrc(ins, 2, w).view(np.uint32)])
+    m.vdst(ins, tables[idx % tables.size], 4)
+
+
 def _extract128(m: Machine, ins) -> None:
     v = m.vec[_reg(ins.op_register(1))[1]]
     part = v[16 * (ins.immediate(2) & 3): 16 * (ins.immediate(2) & 3) + 16]
@@ -954,7 +964,7 @@ _VECTOR = {
     V.VPBROADCASTQ: _broadcast(8), V.VBROADCASTSS: _broadcast(4),
     V.VPMOVDB: _pmov(np.int8, None), V.VPMOVSDB: _pmov(np.int8, "s"), V.VPMOVUSDB: _pmov(np.uint8, "us"),
     V.VPCMPGTD: _pcmpgtd, V.VMASKMOVPS: _maskmov, V.VPMASKMOVD: _maskmov,
-    V.VPERMQ: _permq, V.VPERMD: _permd, V.VEXTRACTI128: _extract128, V.VEXTRACTF128: _extract128,
+    V.VPERMQ: _permq, V.VPERMD: _permd, V.VPERMT2D: _perm2d, V.VPERMI2D: _perm2d, V.VEXTRACTI128: _extract128, V.VEXTRACTF128: _extract128,
     V.VEXTRACTI64X4: _extract256, V.VEXTRACTI32X8: _extract256, V.VBROADCASTI32X4: _broadcast128,
     V.VBROADCASTI128: _broadcast128, V.VCMPPS: _cmpps, V.VCVTSI2SS: _cvtsi2ss, V.VPDPWSSD: _dpwssd,
     V.VPEXTRB: _pextr(1), V.VPEXTRW: _pextr(2), V.VPEXTRD: _pextr(4), V.VPINSRB: _pinsr(1),

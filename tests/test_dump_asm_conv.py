@@ -82,11 +82,13 @@ def test_pack_kernels_listing():
     text = out.getvalue()
     names = [f"; pack_b_{layout}_{source}{bits}{sums} [{isa}]" for source in ("rows", "columns")
              for layout, bits, sums, isa in (("vnni", 256, "", "avx2"), ("widen", 256, "", "avx2"),
-                                             ("vnni", 512, "", "avx512_core_vnni"), ("vnni", 512, "_madd", "avx512_core"))]
+                                             ("vnni", 512, "", "avx512_core_vnni"), ("vnni", 512, "_madd", "avx512_core"),
+                                             ("widen", 512, "", "avx512_core"))]
     assert all(name in text for name in names), [name for name in names if name not in text]
     lower = text.lower()
     assert all(op in lower for op in ("vpermd zmm", "vpermd ymm", "vmovdqu8 zmm", "vpmaskmovd ymm", "vpdpbusd zmm",
-                                      "vpmaddubsw zmm", "vpmovsxbw ymm", "vshufi64x2 zmm", "vperm2i128 ymm"))
+                                      "vpmaddubsw zmm", "vpmovsxbw ymm", "vshufi64x2 zmm", "vperm2i128 ymm",
+                                      "vpermi2d zmm", "vpermt2d zmm"))
 
 
 def test_copy_kernel_listing():

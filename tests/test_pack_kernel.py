@@ -85,7 +85,8 @@ def test_reads_and_writes_only_its_buffers(guarded, columns):
     assert np.array_equal(out, pack_b(np.ascontiguousarray(b), path, 4, (0, 0)).data)
 
 
-_GUARDED = [(512, "vnni", k, n, nr) for k, n, nr in ((30, 40, 3), (7, 100, 1), (3, 64, 4), (64, 129, 2), (130, 17, 1))] + \
+_GUARDED = [(512, layout, k, n, nr) for layout in ("vnni", "widen")
+            for k, n, nr in ((30, 40, 3), (7, 100, 1), (3, 64, 4), (64, 129, 2), (130, 17, 1))] + \
     [(256, layout, k, n, nr) for layout in ("vnni", "widen") for k, n, nr in ((28, 40, 2), (8, 100, 1), (64, 132, 3),
                                                                              (4, 8, 1), (36, 20, 4))]
 
@@ -107,7 +108,8 @@ def test_kernels_read_and_write_only_their_buffers(guarded, columns, bits, layou
     if bits == 512 and not cpu_supports("avx512_core"):
         pytest.skip("CPU lacks AVX-512 (the 512-bit packing kernel)")
     if bits == 512:
-        path = fast_path("avx512_core_vnni" if cpu_supports("avx512_core_vnni") else "avx512_core")
+        path = widening_path("avx512_core") if layout == "widen" else \
+            fast_path("avx512_core_vnni" if cpu_supports("avx512_core_vnni") else "avx512_core")
     else:
         path = widening_path("avx2") if layout == "widen" else fast_path("avx2")
     raw = guarded(k * n, np.int8, "end")
