@@ -9,8 +9,8 @@ proof, which VNNI does not need); a matmul whose weights change from call to cal
 each thread a range of columns, a batch's items one after another in one call, with
 the kernels of ``jit.pack_rows`` (B as rows of N bytes, K x N row-major) and
 ``jit.pack_columns`` (columns of K bytes: an inner product's OC x K rows, a matmul's
-``ba`` weights): 512-bit code on the 512-bit paths for the VNNI layout (VPMADDUBSW reads
-it too), 256-bit AVX2 code elsewhere and for the widening layout (every path has AVX2).
+``ba`` weights), into the VNNI layout (VPMADDUBSW reads it too) or the widening one:
+512-bit code on the 512-bit paths, 256-bit AVX2 code elsewhere (every path has AVX2).
 
 They read B in place where they can (512-bit: byte masks; 256-bit: dword masks, so
 rows need N % 4 == 0 and columns K % 4 == 0, else the packer pads a copy) and write

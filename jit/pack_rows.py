@@ -15,8 +15,8 @@ group)::
             VPUNPCKL/HBW(r0, r1), (r2, r3): byte pairs; VPUNPCKL/HWD of those: in lane
                 L, the groups of columns 4L..4L+3 of each quarter: after the VPERMD the
                 four results are the chunk's four quarters (16 / 8 columns) in order
-            widened: each quarter sign-extended (VPMOVSXBW) and split by pair (VSHUFPS,
-                VPERMQ) into its two rows
+            widened: each quarter sign-extended (VPMOVSXBW) and split by pair into its
+                two rows (VSHUFPS and VPERMQ; 512-bit: VPERMI2D and VPERMT2D)
             each stored at its quarter's place in the tiles, and summed
 
 The column sums: VPDPBUSD by u8 ones, or VPMADDUBSW and VPMADDWD by ones (pairs of
