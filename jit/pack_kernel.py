@@ -33,7 +33,7 @@ from __future__ import annotations
 ARGS_CDEF = """
 struct i8j_pack_args {
     void *src; void *dst; void *colsum;
-    int64_t ldb; int64_t groups; int64_t chunks; int64_t tile_bytes; int64_t tile_stride;
+    int64_t ldb; int64_t groups; int64_t chunks; int64_t tile_bytes;  /* a group's row of a tile */
     int64_t items; int64_t src_item; int64_t dst_item; int64_t sums_item;  /* a batch's strides */
     /* the kernel's own: groups left, in this block; items left; this item's B, bytes, sums */
     int64_t left; int64_t block; int64_t items_left; void *item_src; void *item_dst; void *item_sums;
@@ -47,7 +47,7 @@ struct i8j_pack_args {
 };
 """
 SIGNATURE = "void (*)(struct i8j_pack_args *)"
-FIELDS = ("src", "dst", "colsum", "ldb", "groups", "chunks", "tile_bytes", "tile_stride", "items", "src_item",
+FIELDS = ("src", "dst", "colsum", "ldb", "groups", "chunks", "tile_bytes", "items", "src_item",
           "dst_item", "sums_item", "left", "block", "items_left", "item_src", "item_dst", "item_sums", "quarters",
           "last_mask", "k_rem", "blocks", "last_groups", "last_columns", "block_src", "block_off", "sums_at")
 
@@ -169,7 +169,7 @@ class VnniPacker:
             self._code = None
         self._quarters = np.array(quarter_offsets(n, tile_n, size // tiles, w.lanes, self._unit_n), np.int64)
         self._geometry = dict(groups=k // 4 if not columns else groups, k_rem=0 if columns else k % 4,
-                              tile_bytes=4 * tile_n, tile_stride=size // tiles, dst_item=size,
+                              tile_bytes=4 * tile_n, dst_item=size,
                               sums_item=4 * self._sums.shape[1])
         self._data = data
         self._src = self._where = None  # the array the structs' src points into (kept alive with them)
