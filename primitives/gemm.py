@@ -133,13 +133,15 @@ def candidates(isa: str, policy: str, n: int) -> list[Choice]:
                                                          "widening VPMADDWD path")]
 
 
-def runtime_choice(isa: str, policy: str, n: int) -> Choice | None:
-    """The decision for weights of ``n`` columns that need no proof, packed for a call in
-    machine code (VNNI; ``faithful``: VPMADDUBSW reads the VNNI layout), or None: under
-    ``exact`` without VNNI they need one (:func:`runtime_widened` widens them instead)."""
+def runtime_choice(isa: str, policy: str, n: int) -> Choice:
+    """The decision for weights of ``n`` columns packed at every call, in machine code
+    and without a proof: VNNI, or ``faithful`` (VPMADDUBSW reads the VNNI layout), the
+    fast path; ``exact`` without VNNI the widening one (the proof and the split cost more
+    per call than widening does; weights packed once take them)."""
     if fast_path(isa).kind == "vnni" or policy == "faithful":
         return decide(isa, policy, None, n)
-    return None
+    return dataclasses.replace(candidates(isa, policy, n)[-1], reason="exact: B given at execution, widened "
+                                                                      "(no proof per call)")
 
 
 def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None,
@@ -152,7 +154,7 @@ def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None,
     packed for one call, which under ``exact`` without VNNI widen (machine code, no proof:
     the proof and the split cost more per call than widening does)."""
     if runtime and policy == "exact" and fast_path(isa).kind != "vnni" and vnni_packs(b_kn):
-        choice = runtime_widened(isa, policy, b_kn.shape[1])
+        choice = runtime_choice(isa, policy, b_kn.shape[1])
         return pack_vnni(b_kn, choice.path, choice.nr), choice
     if fast_path(isa).kind == "vnni" or policy == "faithful":
         choice = decide(isa, policy, None, b_kn.shape[1], nr=nr)
@@ -167,13 +169,6 @@ def pack_weights(b_kn: np.ndarray, isa: str, policy: str, nr: int | None = None,
     proof = saturation_proof(b_kn, unsafe)
     choice = decide(isa, policy, b_kn, proof=proof, unsafe=unsafe, nr=nr)
     return pack_b(b_kn, choice.path, choice.nr, proof, unsafe, residual=choice.residual), choice
-
-
-def runtime_widened(isa: str, policy: str, n: int) -> Choice:
-    """``exact`` without VNNI for weights packed at every call: the widening choice (the
-    proof and the split cost more per call than widening does)."""
-    return dataclasses.replace(candidates(isa, policy, n)[-1], reason="exact: B given at execution, widened "
-                                                                      "(no proof per call)")
 
 
 def gemm_kernel(choice: Choice, s8_src: bool, output: OutputSpec, shape: tuple | None = None,
@@ -310,8 +305,7 @@ class Gemm:
             columns = b_kn.strides[-1] != 1
             kept = self._runtime_packers.get(columns)
             if kept is None:
-                choice = runtime_choice(self.isa, self.policy, self.N) or \
-                    runtime_widened(self.isa, self.policy, self.N)
+                choice = runtime_choice(self.isa, self.policy, self.N)
                 kept = self._runtime_packers[columns] = (VnniPacker(self.K, self.N, choice.path, choice.nr,
                                                                     threads=self.threads, columns=columns), choice)
             packer, choice = kept

@@ -43,7 +43,7 @@ from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from jit.gemv_kernel import gemv_kernel, shifts_s8
 from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
-from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights
+from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
 from jit.dot import widening_path
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, point, refresh, run
 from primitives.gemv_driver import GemvPlan, reads_in_place, runs_in_place
@@ -213,7 +213,7 @@ class _GemmBasedDesc(PrimitiveDesc):
             for choice in choices:
                 self._kernel_for(choice)
             if layout is not None:  # runtime weights packed at every call: the packing kernel
-                packer_kernel(self._runtime_choice().path, layout == "columns")
+                packer_kernel(runtime_choice(self.isa, policy, N).path, layout == "columns")
         # The per-column vectors (scales, bias, ...) in whole tiles of the GEMM kernel's
         # and blocks of the in-place kernel's: their output stages read whole vectors.
         whole = math.lcm(self.fast.nr * self.fast.path.lanes, 64)
@@ -248,11 +248,6 @@ class _GemmBasedDesc(PrimitiveDesc):
         if kind in ("common", "col") and any(d > 1 for d in dims[:-2]):
             self._item_binary = True
         return kind
-
-    def _runtime_choice(self) -> Choice:
-        """The choice for runtime weights packed at every call: exact without VNNI the
-        widening one (candidates()'s last), else the fast one."""
-        return self.fast if self.fast.path.kind == "vnni" or self.attr.policy == "faithful" else self._choices[-1]
 
     def _kernel_for(self, choice: Choice, output=None):
         # One GEMM of all rows (flat) or one per item; threads split rows in whole
@@ -427,7 +422,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         item = (b if src.shape[0] > 1 else 0) if src.ndim == 3 else None
         if not vnni_packs(src):
             return pack_weights(src if item is None else src[item], pd.isa, pd.attr.policy, proof=False) + (None,)
-        choice = pd._runtime_choice()
+        choice = runtime_choice(pd.isa, pd.attr.policy, pd.N)
         packer = views.get("packer")
         if packer is None:
             items = src.shape[0] if src.ndim == 3 else 1
