@@ -5,6 +5,7 @@ from __future__ import annotations
 from jit.dot import emit_bytes, emit_ones_s16, emit_step, vector_constant, vector_register
 from jit.gemv_kernel import GemvSpec, args_offsets, begin_items, end_of_block, row_vectors
 from jit.output import OutputContext, emit_output
+from jit.pack_rows import interleave_rows, interleaved
 
 
 def emit_rows(spec: GemvSpec, argument) -> None:
@@ -81,16 +82,9 @@ def emit_rows(spec: GemvSpec, argument) -> None:
             asm.VPUNPCKLWD(t1, r[2], r[3])  # columns 0-3, rows (2, 3)
             asm.VPUNPCKHWD(r[2], r[2], r[3])
             return
-        asm.VPUNPCKLBW(t0, r[0], r[1])  # per 128 bits: (row 0, row 1) byte pairs of columns 0-7
-        asm.VPUNPCKHBW(r[0], r[0], r[1])  # columns 8-15
-        asm.VPUNPCKLBW(t1, r[2], r[3])
-        asm.VPUNPCKHBW(r[2], r[2], r[3])
-        asm.VPUNPCKLWD(r[1], t0, t1)  # columns 0-3: their 4 rows' bytes in a dword each
-        asm.VPUNPCKHWD(t0, t0, t1)  # columns 4-7
-        asm.VPUNPCKLWD(r[3], r[0], r[2])  # 8-11
-        asm.VPUNPCKHWD(r[0], r[0], r[2])  # 12-15
+        interleave_rows(r, t0, t1)  # (the packing kernel's shuffles)
 
-    columns = lambda: [r[1], t0, r[3], r[0]]  # noqa: E731 (the group's vectors, in column order per 128 bits)
+    columns = lambda: interleaved(r, t0)  # noqa: E731 (the group's vectors, in column order per 128 bits)
     pairs = lambda: [(t0, t1), (r[0], r[2])]  # noqa: E731 (widened: columns 0-3, 4-7: rows 0-1, 2-3)
 
     def products(source) -> None:

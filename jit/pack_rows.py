@@ -128,27 +128,20 @@ def emit_rows(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> Non
         the second pairs at [quarter + rbx], rbx = rbp + a row), summed."""
         for r in rows:
             asm.VPERMD(r, perm, r)
-        asm.VPUNPCKLBW(pairs[0], rows[0], rows[1])
-        asm.VPUNPCKHBW(pairs[1], rows[0], rows[1])
-        asm.VPUNPCKLBW(pairs[2], rows[2], rows[3])
-        asm.VPUNPCKHBW(pairs[3], rows[2], rows[3])
-        asm.VPUNPCKLWD(rows[0], pairs[0], pairs[2])  # quarter 0
-        asm.VPUNPCKHWD(rows[1], pairs[0], pairs[2])  # 1
-        asm.VPUNPCKLWD(rows[2], pairs[1], pairs[3])  # 2
-        asm.VPUNPCKHWD(rows[3], pairs[1], pairs[3])  # 3
+        out = interleave_rows(rows, pairs[0], pairs[1])  # (after the VPERMD: quarters 0-3 in order)
         for j, base in zip((3, 2, 1, 0), quarters):  # (last first: see the module)
             if widen:
-                first, second = widen_pairs(rows[j], pairs[0], pairs[1], pick)
+                first, second = widen_pairs(out[j], pairs[2], pairs[3], pick)
                 w.move([base + rbp * 1], first)
                 w.move([base + rbx * 1], second)
                 for x in (first, second):
                     asm.VPMADDWD(x, x, ones16)
                     asm.VPADDD(acc[j], acc[j], x)
             else:
-                w.move([base + rbp * 1], rows[j])
+                w.move([base + rbp * 1], out[j])
         if not widen:
             for j in range(4):
-                sum_step(acc[j], rows[j], ones8, ones16, pairs[0], vnni)
+                sum_step(acc[j], out[j], ones8, ones16, pairs[2], vnni)
 
     LABEL(item)
     MOV(rax, A("item_src"))
@@ -268,6 +261,29 @@ def emit_rows(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> Non
     CMP(asm.qword[A("left")[0]], 0)
     JNZ(block)
     next_item(A, item, done)
+
+
+def interleave_rows(r: list, t0, t1) -> list:
+    """Four rows of a K group, a vector of bytes each in ``r``, interleaved in place and in
+    ``t0``, ``t1`` (VPUNPCKL/HBW of rows (0, 1) and (2, 3), then VPUNPCKL/HWD of those):
+    per 128 bits, the dwords of columns 0-3, 4-7, 8-11, 12-15 (a column's 4 K bytes
+    each), in the registers :func:`interleaved` names, in that order."""
+    from jit import asm
+
+    asm.VPUNPCKLBW(t0, r[0], r[1])  # per 128 bits: (row 0, row 1) byte pairs of columns 0-7
+    asm.VPUNPCKHBW(r[0], r[0], r[1])  # columns 8-15
+    asm.VPUNPCKLBW(t1, r[2], r[3])
+    asm.VPUNPCKHBW(r[2], r[2], r[3])
+    asm.VPUNPCKLWD(r[1], t0, t1)  # columns 0-3: their 4 rows' bytes in a dword each
+    asm.VPUNPCKHWD(t0, t0, t1)  # columns 4-7
+    asm.VPUNPCKLWD(r[3], r[0], r[2])  # 8-11
+    asm.VPUNPCKHWD(r[0], r[0], r[2])  # 12-15
+    return interleaved(r, t0)
+
+
+def interleaved(r: list, t0) -> list:
+    """Where :func:`interleave_rows` leaves columns 0-3, 4-7, 8-11, 12-15 of each 128 bits."""
+    return [r[1], t0, r[3], r[0]]
 
 
 def widen_pairs(x, t0, t1, pick: tuple | None = None) -> tuple:
