@@ -484,6 +484,9 @@ def cpu_info(refresh: bool = False) -> CpuInfo:
         True
     """
     global _cached
+    cached = _cached
+    if cached is not None and not refresh:  # (no lock to read a reference: every call asks)
+        return cached
     with _cache_lock:
         if _cached is None or refresh:
             _cached = probe()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import threading
 
+from runtime import cpu as _cpu  # (runtime.cpu imports nothing of ours)
+
 LADDER: tuple[str, ...] = ("avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni")
 IMPLIES: dict[str, frozenset[str]] = {
     "avx2": frozenset({"avx2"}),
@@ -62,9 +64,7 @@ _supports_seen: dict = {}  # name -> (the probe result asked, the answer): per-c
 
 def cpu_supports(name: str) -> bool:
     """Whether this CPU (and OS register-state support) can execute the ISA path."""
-    from runtime.cpu import cpu_info
-
-    info = cpu_info()
+    info = _cpu.cpu_info()
     seen = _supports_seen.get(name)
     if seen is not None and seen[0] is info:  # (a new probe result, a test's synthetic CPU: asked anew)
         return seen[1]
@@ -108,12 +108,22 @@ def _no_path() -> NoIsaPathError:
     )
 
 
+_effective_seen: dict = {}  # cap -> (the probe result asked, the answer): one-off GEMM calls ask every call
+
+
 def effective_isa(cap: str | None = None) -> str:
     """Best ISA the CPU supports at or under ``cap`` (default: :func:`max_isa`)."""
-    limit = rank(cap if cap is not None else max_isa())
+    cap = check_name(cap) if cap is not None else max_isa()
+    # (a new probe result, or a test's stand-in for supported() or cpu_supports(): asked anew)
+    asked = (_cpu.cpu_info(), supported, cpu_supports)
+    seen = _effective_seen.get(cap)
+    if seen is not None and all(x is y for x, y in zip(seen[0], asked)):  # (~0.5 us, not 6)
+        return seen[1]
+    limit = rank(cap)
     usable = [name for name in supported() if rank(name) <= limit]
     if not usable:  # every level needs avx2's features: no cap empties this on a CPU that has them
         raise _no_path()
+    _effective_seen[cap] = (asked, usable[-1])
     return usable[-1]
 
 
