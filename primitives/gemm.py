@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit.dot import Path, fast_path, widening_path
+from jit.gemv_kernel import gemv_kernel, shifts_s8
 from jit.output import OutputSpec, SumOp
 from jit.pack_kernel import VnniPacker, pack_vnni, vnni_packs
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
@@ -30,6 +31,7 @@ from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, 
 from primitives.reference import op
 from runtime import isa as isa_mod
 from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, run, tuned_spec
+from primitives.gemv_driver import IN_PLACE_ROWS, GemvPlan, runs_in_place
 from runtime.threads import resolve_threads
 
 POLICIES = ("exact", "faithful")
@@ -210,7 +212,8 @@ class Gemm:
 
     Create once, execute many times. Pass ``B`` at creation when it is constant: it is
     packed once (with its column sums and the VPMADDUBSW overflow proof); otherwise it
-    is packed at every execution.
+    is packed at every execution, or, for 1-4 rows of A in integer mode (alpha 1, beta
+    0 or 1), read in place as oneDNN reads it (``impl_info()["runtime_weights"]``).
 
     Example::
 
@@ -285,6 +288,14 @@ class Gemm:
                                 beta=beta, B=np.zeros((1, self.N), np.int8), policy=policy, isa=isa,
                                 threads=threads)
             self._k_zero_a = np.zeros((self.M, 1), self.a_dtype)
+        # B given at execution times 1-4 rows of A, in integer mode: read in place by the
+        # gemv kernels (rows of N bytes, or columns of K: op(B)'s layout), as oneDNN reads
+        # it, not packed at every call (1 x 4096 x 4096: 16 MB); their plans per zero point
+        # kind. The offsets the kernel leaves (co, bo's row term) are added after it.
+        small = 1 <= self.M <= IN_PLACE_ROWS and self.K and self.N and not self.float_mode
+        self._in_place_layout = ("rows" if self.transb == "N" else "columns") if small else None
+        self._in_place_plans: dict = {}
+        self._last_in_place: str | None = None  # the kernel that read the last call's B in place
         self._last_packed: PackedB | None = None  # B given at execution: what the last call decided
         self._last_choice: Choice | None = None
         self._comps_cache: _Comps | None = None
@@ -294,12 +305,14 @@ class Gemm:
     def _pack(self, B: np.ndarray, proof: bool = True) -> tuple[PackedB | None, Choice]:
         """B packed (``proof``: with the saturation proof on VNNI too, which impl_info
         reports; a B given at execution, packed at every call, goes without)."""
-        check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
-                     self.N if self.transb == "N" else self.K, self.ldb)
+        self._check_b(B)
         if self._empty:
             return None, decide(self.isa, self.policy, None, self.N)
-        b_kn = op(B, self.transb, self.K, self.N, self.ldb) if (B.ndim == 1 or self.transb == "T") \
-            else B[: self.K, : self.N]
+        # op(B) as a view (no gather: 4096 x 4096 transposed took 110 ms a call that way);
+        # a transposed one is packed from its columns of K bytes
+        stored = (self.K, self.N) if self.transb == "N" else (self.N, self.K)
+        b_kn = _rows_view(B, *stored, self.ldb)
+        b_kn = b_kn if self.transb == "N" else b_kn.T
         if not proof and vnni_packs(b_kn):
             # B given at execution: one packer (its buffers, so the plan) for every call
             columns = b_kn.strides[-1] != 1
@@ -311,6 +324,51 @@ class Gemm:
             packer, choice = kept
             return packer(b_kn), choice
         return pack_weights(b_kn, self.isa, self.policy, proof=proof, runtime=not proof)
+
+    def _check_b(self, B: np.ndarray) -> None:
+        check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
+                     self.N if self.transb == "N" else self.K, self.ldb)
+
+    def _in_place(self, ao: int) -> GemvPlan | None:
+        """The plan that reads B in place for a source zero point ``ao`` (made at the first
+        call of its kind), or None where the path's kernel does not take this shape
+        (AVX2: N or K in whole dwords; the rows the rows kernel holds)."""
+        path = runtime_choice(self.isa, self.policy, self.N).path  # (exact without VNNI: widened)
+        # (the column sums: a zero point's, and an s8 source's +128 where it is shifted)
+        comp = ao != 0 or self.a_type == "s8" and shifts_s8(path)
+        if comp in self._in_place_plans:
+            return self._in_place_plans[comp]
+        output = OutputSpec(col_comp=False, accumulate=self.beta == 1.0)
+        layout, rows = self._in_place_layout, self.M
+        plan = None
+        if runs_in_place(path, rows, self.K, self.N if layout == "rows" else None, comp, output, self.ldb):
+            isa_mod.require_path(self.isa)
+            kernel = gemv_kernel(path, self.a_type == "s8", comp, output, layout, rows)
+            lda = self.lda if self.transa == "N" else self.K
+            plan = GemvPlan(kernel, rows, self.N, self.K, lda, self.ldb, self.ldc * 4, OutputArgs(col_comp=None),
+                            self.threads)
+        self._in_place_plans[comp] = plan
+        return plan
+
+    def _run_in_place(self, plan: GemvPlan, A, B, C, ao: int, bo: int, co) -> None:
+        """C from B read in place: the kernel's sum of (A - ao) B (beta 1: added to C),
+        then, on C's 1-4 rows, what it leaves: -bo * (rowsum(A) - K*ao) and co, wrapping
+        as the packed path's compensation does (both are sums modulo 2^32)."""
+        M, N, K = self.M, self.N, self.K
+        a, lda = A, self.lda
+        if self.transa == "T":
+            a, lda = np.ascontiguousarray(op(A, "T", M, K, self.lda)), K
+        plan.run(a, B, C, zp=ao)
+        self._last_in_place = plan.kernel.meta["gemv"].name
+        fix = np.zeros((M, 1), np.int64)
+        if bo:
+            fix[:, 0] -= bo * (op(a, "N", M, K, lda).astype(np.int64).sum(axis=1) - K * ao)
+        if co is not None:
+            fix = fix + (co[:M, None] if self.offsetc == "C" else co[:N] if self.offsetc == "R"
+                         else co[0]).astype(np.int64)
+        if fix.any():
+            c = C[:M, :N] if C.ndim == 2 else np.lib.stride_tricks.as_strided(C, (M, N), (4 * self.ldc, 4))
+            np.add(c, _wrap32(np.broadcast_to(fix, (M, N))), out=c)
 
     def _kernel(self, choice: Choice, spec: OutputSpec):
         key = (choice.path, choice.nr, choice.residual, spec)
@@ -340,9 +398,16 @@ class Gemm:
         if co is not None:
             co = check_vector("co", co, np.int32, {"F": 1, "C": M, "R": N}[self.offsetc])
         check_disjoint({"A": A, "C": C} if co is None else {"A": A, "C": C, "co": co}, ("C",), "gemm")
+        if B is not None and self._in_place_layout is not None:
+            self._check_b(B)
+            gemv = self._in_place(ao)
+            if gemv is not None and not np.may_share_memory(B, C):  # (else packed: a copy)
+                self._run_in_place(gemv, A, B, C, ao, bo, co)
+                self._last_choice = runtime_choice(self.isa, self.policy, self.N)  # (its path's, for impl_info)
+                return
         if B is not None:
             packed, choice = self._pack(B, proof=False)
-            self._last_packed, self._last_choice = packed, choice
+            self._last_packed, self._last_choice, self._last_in_place = packed, choice, None
         elif self._choice is not None:
             packed, choice = self._packed, self._choice
         else:
@@ -461,7 +526,9 @@ class Gemm:
         if self._empty:
             info["decision"] = ("K is 0: no products, C <- beta*C + co through the output stage" if self._k_zero
                                 else "M or N is 0: nothing to compute, C is left as it was")
-        if packed is not None:
+        if self._last_in_place is not None:
+            info["runtime_weights"] = f"read in place by {self._last_in_place}"
+        elif packed is not None:
             info["safe_pairs"] = packed.safe_pairs
             info["total_pairs"] = packed.total_pairs
             info["cells"] = packed.cells
@@ -517,7 +584,8 @@ def gemm_u8s8s32(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo
     The argument list is oneDNN's, row-major; ``co`` holds 1 ('F'), M ('C') or N ('R')
     offsets. Each thread keeps the GEMMs of its last 8 argument signatures (kernels, B's
     packing buffers, plan), so a call like an earlier one skips their set-up; B is packed
-    at every call (a :class:`Gemm` given B at creation packs it once).
+    at every call (a :class:`Gemm` given B at creation packs it once), or read in place
+    for 1-4 rows of A with alpha 1 and beta 0 or 1.
 
     >>> import numpy as np
     >>> A, B = np.full((2, 3), 10, np.uint8), np.ones((3, 2), np.int8)

@@ -39,12 +39,21 @@ declare(ARGS_CDEF, (SIGNATURE, "struct i8j_gemv_args *"))
 # kernel reads every weight column again for each row, from L1/L2; the rows kernel holds
 # at most 4): docs/performance.md.
 IN_PLACE_ROWS = 4
+# The rows kernel walks K down a block of 64 bytes of every weight row. Rows a multiple
+# of 2048 bytes apart fall into a few cache sets, which the walk overflows: on the Zen 4,
+# 1 x K x N with N = 2048, 4096, 8192 ran at 0.6-0.9 of packing B at every call (even at
+# K = 128), where N = 1024, 1280, 1536, 3072 ran 1.3-2.4 times faster than packing.
+ALIASING_ROW_BYTES = 2048
 
 
-def runs_in_place(path, rows: int, k: int, n: int | None = None, comp: bool = False, output=None) -> bool:
+def runs_in_place(path, rows: int, k: int, n: int | None = None, comp: bool = False, output=None,
+                  ldw: int | None = None) -> bool:
     """Whether a product of ``rows`` rows with weights of K = ``k`` runs in place: given
     as columns of contiguous K bytes (``n`` None: an OC x K inner product's, a ``ba``
-    matmul's), or as rows of ``n`` contiguous bytes (an ``ab`` matmul's)."""
+    matmul's), or as rows of ``n`` contiguous bytes, ``ldw`` (default ``n``) apart (an
+    ``ab`` matmul's; not where they alias in the caches: then packed)."""
+    if n is not None and k > 4 and (ldw or n) % ALIASING_ROW_BYTES == 0:
+        return False
     return rows <= IN_PLACE_ROWS and takes(path, k, n, rows, comp, output)
 
 

@@ -203,6 +203,101 @@ def check_decision(info, isa, policy, safe_weights, runtime=False):
         assert info["exact"]
 
 
+def in_place_expected(isa: str, policy: str, transb: str, M: int, N: int, K: int, ldb: int, a_type: str,
+                      ao: int, beta: float) -> bool:
+    """Whether a Gemm of 1-4 rows, integer mode, reads B given at execution in place:
+    AVX-512 takes any N and K; AVX2's dword masks whole dwords of the rows read (N for
+    B's rows, K for its columns); rows a multiple of 2048 bytes apart are packed; the
+    rows kernel holds the rows its registers leave room for (fewer with column sums)."""
+    from jit.dot import fast_path, widening_path
+    from jit.gemv_kernel import rows_max
+    from jit.output import OutputSpec
+
+    if transb == "N" and K > 4 and ldb % 2048 == 0:
+        return False
+    if not (isa.startswith("avx512") or (N if transb == "N" else K) % 4 == 0):
+        return False
+    path = widening_path(isa) if policy == "exact" and not isa.endswith("vnni") else fast_path(isa)
+    comp = ao != 0 or a_type == "s8" and path.kind != "widen"
+    return transb == "T" or M <= rows_max(path, comp, OutputSpec(col_comp=False, accumulate=beta == 1.0))
+
+
+@st.composite
+def in_place_cases(draw):
+    case = dict(
+        a_type=draw(st.sampled_from(["u8", "s8"])), transa=draw(st.sampled_from("NT")),
+        transb=draw(st.sampled_from("NT")), offsetc=draw(st.sampled_from("FCR")),
+        M=draw(st.integers(1, 4)), N=draw(small_biased), K=draw(small_biased),
+        lda_pad=draw(st.sampled_from([0, 1, 3])), ldb_pad=draw(st.sampled_from([0, 0, 1, 4])),
+        ldc_pad=draw(st.sampled_from([0, 1, 17])),
+        kind=draw(st.sampled_from(["random", "saturating", "safe", "sparse"])),
+        seed=draw(st.integers(0, 2**32 - 1)), with_co=draw(st.booleans()),
+        beta=draw(st.sampled_from([0.0, 1.0])),
+    )
+    lo, hi = (0, 255) if case["a_type"] == "u8" else (-128, 127)
+    case["ao"] = draw(st.one_of(st.just(0), st.integers(lo, hi)))
+    case["bo"] = draw(st.one_of(st.just(0), st.integers(-128, 127)))
+    return case
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "50")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=in_place_cases())
+def test_few_rows_read_b_in_place(isa_path, policy, case):
+    """1-4 rows of A times a B given at execution, in integer mode (alpha 1, beta 0 or
+    1): B read in place by the gemv kernels, the offsets they leave (bo's row term, co)
+    added after; equal to the model (faithful: VPMADDUBSW's pairs, saturating alike)."""
+    _, _, info = run_and_check(isa=isa_path, policy=policy, api="execute", **case)
+    ldb = (case["N"] if case["transb"] == "N" else case["K"]) + case["ldb_pad"]
+    want = in_place_expected(isa_path, policy, case["transb"], case["M"], case["N"], case["K"], ldb, case["a_type"],
+                             case["ao"], case["beta"])
+    assert ("runtime_weights" in info) == want, info
+    if want:
+        assert info["runtime_weights"].startswith("read in place by gemv_"), info
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("M,N,K,transb,ldb_pad,offsetc,bo,beta", [
+    (1, 37, 131, "N", 0, "R", -7, 1.0),   # N and K tails
+    (4, 64, 3, "T", 1, "C", 5, 0.0),      # K < 4
+    (2, 2048, 40, "N", 0, "F", 0, 0.0),   # rows 2048 bytes apart: packed
+    (3, 96, 2048, "T", 0, "R", 3, 1.0),   # columns of 2048 bytes: in place
+    (1, 1, 1, "N", 0, "F", 1, 0.0),
+])
+def test_few_rows_in_place_cases(isa_path, policy, M, N, K, transb, ldb_pad, offsetc, bo, beta):
+    """Fixed cases around the in-place reads' limits, through the one-off call and a Gemm."""
+    for a_type in ("u8", "s8"):
+        run_and_check(isa=isa_path, policy=policy, a_type=a_type, M=M, N=N, K=K, transb=transb,
+                      ldb_pad=ldb_pad, offsetc=offsetc, ao=9 if a_type == "u8" else -3, bo=bo, beta=beta,
+                      kind="saturating", seed=3)
+        _, _, info = run_and_check(isa=isa_path, policy=policy, a_type=a_type, M=M, N=N, K=K, transb=transb,
+                                   ldb_pad=ldb_pad, offsetc=offsetc, bo=bo, beta=beta, seed=4, api="execute")
+        ldb = (N if transb == "N" else K) + ldb_pad
+        assert ("runtime_weights" in info) == in_place_expected(isa_path, policy, transb, M, N, K, ldb, a_type, 0,
+                                                                beta), info
+
+
+def test_in_place_b_overlapping_c_is_packed(isa_path):
+    """A B that shares memory with C (the kernel would read what it wrote) is packed first."""
+    rng = np.random.default_rng(5)
+    buf = rng.integers(-128, 128, 4 * 64 + 64 * 16, dtype=np.int64).astype(np.int32)
+    B = buf.view(np.int8)[4 * 64 * 4:].reshape(64, 64)  # (bytes after C's)
+    C = buf[:4 * 16].reshape(4, 16)
+    A = rng.integers(0, 256, (4, 64), dtype=np.uint8)
+    b_before = B.copy()
+    g = Gemm(4, 16, 64, ldb=64, isa=isa_path)
+    g.execute(A, C, B=B)
+    assert np.array_equal(C, reference.gemm("N", "N", "F", 4, 16, 64, 1.0, A, 64, 0, b_before, 64, 0, 0.0,
+                                            C, 16, np.zeros(1, np.int32)))
+    Bc = buf.view(np.int8)[: 64 * 64].reshape(64, 64)  # (B over C's bytes)
+    b_before = Bc.copy()
+    g.execute(A, C, B=Bc)
+    assert "runtime_weights" not in g.impl_info()
+    assert np.array_equal(C, reference.gemm("N", "N", "F", 4, 16, 64, 1.0, A, 64, 0, b_before, 64, 0, 0.0,
+                                            C, 16, np.zeros(1, np.int32)))
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("a_type", ["u8", "s8"])
 @pytest.mark.parametrize("kind", ["random", "saturating", "safe", "sparse"])
