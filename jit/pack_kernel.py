@@ -277,6 +277,17 @@ class VnniPacker:
         self.refresh()
         self._pack()
 
+    def thread_calls(self) -> list:
+        """Per thread, ``(first column, (function, struct))``: the call that packs its
+        range of columns at the array :meth:`point` last took. For a plan whose threads
+        each read only the columns they packed (one hand-off, not two); it leaves
+        :attr:`packed`'s ``colsum`` as it was: for products that read none."""
+        return [(c0, (self._code.function, args)) for _, c0, args in self._parts] if self._code else []
+
+    def pack(self) -> None:
+        """Pack the array :meth:`point` last took (its values now), column sums included."""
+        self._pack()
+
     def _pack(self) -> None:
         if self._calls is not None:
             self._calls.run()

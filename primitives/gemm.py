@@ -30,8 +30,9 @@ from primitives.checks import check_choice, check_dim, check_disjoint, check_int
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
 from primitives.reference import op
 from runtime import isa as isa_mod
-from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, run, tuned_spec
+from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, tuned_spec
 from primitives.gemv_driver import IN_PLACE_ROWS, GemvPlan, runs_in_place
+from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
 
 POLICIES = ("exact", "faithful")
@@ -296,6 +297,8 @@ class Gemm:
         self._in_place_layout = ("rows" if self.transb == "N" else "columns") if small else None
         self._in_place_plans: dict = {}
         self._last_in_place: str | None = None  # the kernel that read the last call's B in place
+        self._pending: VnniPacker | None = None  # B given at execution, pointed at, not packed yet
+        self._fused: tuple | None = None  # (packer, plan, CallPlan): each thread packs its columns, then its product
         self._last_packed: PackedB | None = None  # B given at execution: what the last call decided
         self._last_choice: Choice | None = None
         self._comps_cache: _Comps | None = None
@@ -322,7 +325,9 @@ class Gemm:
                 kept = self._runtime_packers[columns] = (VnniPacker(self.K, self.N, choice.path, choice.nr,
                                                                     threads=self.threads, columns=columns), choice)
             packer, choice = kept
-            return packer(b_kn), choice
+            packer.point(b_kn)  # (packed by execute: alone, or in the product's hand-off)
+            self._pending = packer
+            return packer.packed, choice
         return pack_weights(b_kn, self.isa, self.policy, proof=proof, runtime=not proof)
 
     def _check_b(self, B: np.ndarray) -> None:
@@ -417,6 +422,11 @@ class Gemm:
                 self._k_zero.execute(self._k_zero_a, C, co=co)
             return
 
+        pending, self._pending = self._pending, None
+        if pending is not None and (ao or self.a_type == "s8"):  # (the compensation reads its column sums)
+            pending.pack()
+            pending = None
+
         # A as the kernel reads it: row-major M x K, rows lda bytes apart, K >= 4.
         a, lda = A, self.lda
         if self.transa == "T":
@@ -432,7 +442,29 @@ class Gemm:
         if shifted is not None:  # s8 -> u8 (+128) once, for the u8 kernel (see _plan)
             np.bitwise_xor(_rows_view(a, M, shifted.shape[1], lda).view(np.uint8), 0x80, out=shifted)
             a = shifted
+        if pending is not None:
+            fused = self._packing_plan(pending, plan)
+            if fused is not None:
+                point(plan, a, C)
+                fused.run()
+                return
+            pending.pack()
         run(plan, a, C)
+
+    def _packing_plan(self, packer: VnniPacker, plan: Plan) -> CallPlan | None:
+        """One hand-off for the packing and the product where each thread's product reads
+        only the columns that thread packs (the packer's and the plan's column splits
+        agree: AVX-512's 64-column chunks and tiles): 256 x 256 x 256 on two threads, a
+        fork-join less and each thread's B in its own cache. None where they differ."""
+        kept = self._fused
+        if kept is not None and kept[0] is packer and kept[1] is plan:
+            return kept[2]
+        packs = packer.thread_calls()
+        fused = None
+        if packs and [c0 for c0, _ in packs] == [c0 for c0, _ in plan.chunks]:
+            fused = CallPlan([[call, (plan.kernel.function, s)] for (_, call), s in zip(packs, plan.structs)])
+        self._fused = (packer, plan, fused)
+        return fused
 
     def _compensation(self, packed: PackedB, choice: Choice, a, lda, ao: int, bo: int, co) -> "_Comps":
         """Offsets folded into the output stage, and the kernel that applies them.
@@ -543,6 +575,8 @@ class Gemm:
                                 "prefetch_next_tile_b": kspec.prefetch_next,
                                 "prefetch_b_ahead_bytes": kspec.prefetch_ahead,
                                 "s8_a_shifted_once_per_call": self._plan_cache[3] is not None,
+                                "b_packed_with_its_product": bool(self._fused and self._fused[2]
+                                                                  and self._fused[1] is plan),
                                 "loops": "column tiles > row blocks of mr > K groups of 4"}
         return info
 

@@ -278,6 +278,34 @@ def test_few_rows_in_place_cases(isa_path, policy, M, N, K, transb, ldb_pad, off
                                                                 beta), info
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("M,N,K,transb", [(256, 256, 256, "N"), (64, 200, 97, "N"), (40, 1000, 130, "T"),
+                                          (9, 64, 2, "N")])
+def test_b_packed_with_its_product(isa_path, threads, M, N, K, transb):
+    """A B given at execution with a u8 A and no zero point (no column sums to read): each
+    thread packs the columns its product reads, in one hand-off, where the packer's and
+    the plan's splits agree (always on one thread). Calls with new B values, then a zero
+    point (packed first, with its sums), then none again: each equals the model."""
+    rng = np.random.default_rng(threads)
+    for policy in POLICIES:
+        g = Gemm(M, N, K, transb=transb, policy=policy, isa=isa_path, threads=threads)
+        for ao in (0, 0, 7, 0):
+            A = rng.integers(0, 256, (M, K), dtype=np.uint8)
+            B = rng.integers(-128, 128, (K, N) if transb == "N" else (N, K), dtype=np.int8)
+            C = np.zeros((M, N), np.int32)
+            g.execute(A, C, B=B, ao=ao)
+            want = reference.gemm("N", transb, "F", M, N, K, 1.0, A, K, ao, B, B.shape[1], 0, 0.0, C, N,
+                                  np.zeros(1, np.int32), faithful=faithful_model(policy, isa_path))
+            assert np.array_equal(C, want), (policy, ao)
+            fused = g.impl_info()["blocking"]["b_packed_with_its_product"]
+            if ao:
+                assert not fused
+            elif threads == 1:
+                assert fused
+    if isa_path.startswith("avx512") and (M, threads) == (256, 2):  # (4 tiles of 64 columns, 4 chunks)
+        assert fused
+
+
 def test_in_place_b_overlapping_c_is_packed(isa_path):
     """A B that shares memory with C (the kernel would read what it wrote) is packed first."""
     rng = np.random.default_rng(5)
