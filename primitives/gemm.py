@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit.dot import Path, fast_path, widening_path
-from jit.gemv_kernel import gemv_kernel, shifts_s8
+from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.output import OutputSpec, SumOp
 from jit.pack_kernel import VnniPacker, pack_vnni, vnni_packs
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
@@ -31,7 +31,7 @@ from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, 
 from primitives.reference import op
 from runtime import isa as isa_mod
 from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, tuned_spec
-from primitives.gemv_driver import IN_PLACE_ROWS, GemvPlan, runs_in_place
+from primitives.gemv_driver import IN_PLACE_ROWS, GemvPlan, rows_alias
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
 
@@ -45,6 +45,27 @@ _SHIFT_A_TILES = 4  # s8 A: shift to u8 once per call (not per tile) from this m
 # 26% of cells split 1.27 against widened 1.30 of faithful, res2 1x1 64->256 at 43%
 # 1.50 against 1.38).
 SPLIT_MAX_SHARE = 0.30
+
+
+# B's rows that alias (gemv_driver.rows_alias), read in place by 1-2 rows of A: K in
+# chunks of this many rows, each added into C (the rows kernel's batch loop). On the Zen
+# 4, one / two threads, against packing B: 1 x 4096 x 4096 0.51 / 0.29 ms against 1.90 /
+# 0.95 (whole K at once: 2.4 ms; chunks of 16 rows 0.78 / 0.44); 2 x 4096 x 4096
+# 0.77 / 0.56 against 2.1 / 1.0. At 3-4 rows chunks of 16 gained on one thread and lost
+# on two: packed.
+_CHUNK_ROWS = 8
+_CHUNKED_ROWS = 2
+
+
+@dataclass
+class _InPlace:
+    """B read in place: the kernel calls (one piece, or K's chunks and the rows past
+    them), whether C is zeroed first (chunks add into it), the kernel's name."""
+
+    pieces: list  # (GemvPlan, (A's byte offset, B's byte offset))
+    zero_first: bool
+    name: str
+    calls: CallPlan
 
 
 def _wrap32(x: np.ndarray) -> np.ndarray:
@@ -334,28 +355,41 @@ class Gemm:
         check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
                      self.N if self.transb == "N" else self.K, self.ldb)
 
-    def _in_place(self, ao: int) -> GemvPlan | None:
-        """The plan that reads B in place for a source zero point ``ao`` (made at the first
-        call of its kind), or None where the path's kernel does not take this shape
-        (AVX2: N or K in whole dwords; the rows the rows kernel holds)."""
+    def _in_place(self, ao: int) -> "_InPlace | None":
+        """How B is read in place for a source zero point ``ao`` (made at the first call of
+        its kind), or None where the path's kernels do not take this shape (AVX2: N or K in
+        whole dwords; the rows the rows kernel holds)."""
         path = runtime_choice(self.isa, self.policy, self.N).path  # (exact without VNNI: widened)
         # (the column sums: a zero point's, and an s8 source's +128 where it is shifted)
         comp = ao != 0 or self.a_type == "s8" and shifts_s8(path)
         if comp in self._in_place_plans:
             return self._in_place_plans[comp]
-        output = OutputSpec(col_comp=False, accumulate=self.beta == 1.0)
-        layout, rows = self._in_place_layout, self.M
+        layout, rows, K = self._in_place_layout, self.M, self.K
+        # Rows of B that alias in the caches (see rows_alias): one row of A walks K in
+        # chunks of a few rows, each chunk's product added into C (the kernel's batch
+        # loop, C its every item's dst); more rows are packed.
+        alias = layout == "rows" and rows_alias(K, self.ldb)
+        chunked = alias and rows <= _CHUNKED_ROWS
+        output = OutputSpec(col_comp=False, accumulate=chunked or self.beta == 1.0)
         plan = None
-        if runs_in_place(path, rows, self.K, self.N if layout == "rows" else None, comp, output, self.ldb):
+        if rows <= IN_PLACE_ROWS and (chunked or not alias) \
+                and takes(path, K, self.N if layout == "rows" else None, rows, comp, output):
             isa_mod.require_path(self.isa)
             kernel = gemv_kernel(path, self.a_type == "s8", comp, output, layout, rows)
             lda = self.lda if self.transa == "N" else self.K
-            plan = GemvPlan(kernel, rows, self.N, self.K, lda, self.ldb, self.ldc * 4, OutputArgs(col_comp=None),
-                            self.threads)
+            whole = K // _CHUNK_ROWS * _CHUNK_ROWS if chunked else 0
+            steps = [(0, _CHUNK_ROWS, whole // _CHUNK_ROWS)] * (whole > 0) + [(whole, K - whole, 1)] * (K > whole)
+            pieces = []
+            for k0, k, items in steps:  # (items of k rows of B each, from row k0)
+                gemv = GemvPlan(kernel, rows, self.N, k, lda, self.ldb, self.ldc * 4, OutputArgs(col_comp=None),
+                                self.threads, items, (k, k * self.ldb, 0), work=rows * self.N * K)
+                pieces.append((gemv, (k0, k0 * self.ldb)))
+            plan = _InPlace(pieces, chunked and self.beta == 0.0, kernel.meta["gemv"].name,
+                            CallPlan.joined([gemv.calls for gemv, _ in pieces]))
         self._in_place_plans[comp] = plan
         return plan
 
-    def _run_in_place(self, plan: GemvPlan, A, B, C, ao: int, bo: int, co) -> None:
+    def _run_in_place(self, plan: "_InPlace", A, B, C, ao: int, bo: int, co) -> None:
         """C from B read in place: the kernel's sum of (A - ao) B (beta 1: added to C),
         then, on C's 1-4 rows, what it leaves: -bo * (rowsum(A) - K*ao) and co, wrapping
         as the packed path's compensation does (both are sums modulo 2^32)."""
@@ -363,8 +397,13 @@ class Gemm:
         a, lda = A, self.lda
         if self.transa == "T":
             a, lda = np.ascontiguousarray(op(A, "T", M, K, self.lda)), K
-        plan.run(a, B, C, zp=ao)
-        self._last_in_place = plan.kernel.meta["gemv"].name
+        c = C[:M, :N] if C.ndim == 2 else np.lib.stride_tricks.as_strided(C, (M, N), (4 * self.ldc, 4))
+        if plan.zero_first:  # (chunks add into C)
+            c[...] = 0
+        for gemv, at in plan.pieces:
+            gemv.point(a, B, C, ao, at)
+        plan.calls.run()
+        self._last_in_place = plan.name
         fix = np.zeros((M, 1), np.int64)
         if bo:
             fix[:, 0] -= bo * (op(a, "N", M, K, lda).astype(np.int64).sum(axis=1) - K * ao)
@@ -372,7 +411,6 @@ class Gemm:
             fix = fix + (co[:M, None] if self.offsetc == "C" else co[:N] if self.offsetc == "R"
                          else co[0]).astype(np.int64)
         if fix.any():
-            c = C[:M, :N] if C.ndim == 2 else np.lib.stride_tricks.as_strided(C, (M, N), (4 * self.ldc, 4))
             np.add(c, _wrap32(np.broadcast_to(fix, (M, N))), out=c)
 
     def _kernel(self, choice: Choice, spec: OutputSpec):

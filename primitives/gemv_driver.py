@@ -46,13 +46,19 @@ IN_PLACE_ROWS = 4
 ALIASING_ROW_BYTES = 2048
 
 
+def rows_alias(k: int, ldw: int) -> bool:
+    """Whether the rows kernel's walk down K rows ``ldw`` bytes apart overflows the cache
+    sets they share (see ALIASING_ROW_BYTES)."""
+    return k > 4 and ldw % ALIASING_ROW_BYTES == 0
+
+
 def runs_in_place(path, rows: int, k: int, n: int | None = None, comp: bool = False, output=None,
                   ldw: int | None = None) -> bool:
     """Whether a product of ``rows`` rows with weights of K = ``k`` runs in place: given
     as columns of contiguous K bytes (``n`` None: an OC x K inner product's, a ``ba``
     matmul's), or as rows of ``n`` contiguous bytes, ``ldw`` (default ``n``) apart (an
     ``ab`` matmul's; not where they alias in the caches: then packed)."""
-    if n is not None and k > 4 and (ldw or n) % ALIASING_ROW_BYTES == 0:
+    if n is not None and rows_alias(k, ldw or n):
         return False
     return rows <= IN_PLACE_ROWS and takes(path, k, n, rows, comp, output)
 
@@ -70,22 +76,26 @@ class GemvPlan:
     ``ldc_bytes`` apart), made once; or of ``items`` such products, A, the weights and
     dst ``strides`` (bytes) apart from one to the next, which one call runs one after
     another (a batch without a binary post-op: its operands' rows would be the item's).
-    Threads take ranges of the items where there are as many, else ranges of columns."""
+    Threads take ranges of the items where there are as many and each has its own dst,
+    else ranges of columns (items that add into one dst: a K split into chunks)."""
 
     def __init__(self, kernel, M: int, N: int, K: int, lda: int, ldw: int, ldc_bytes: int, out: OutputArgs,
-                 threads: int, items: int = 1, strides: tuple = (0, 0, 0)) -> None:
+                 threads: int, items: int = 1, strides: tuple = (0, 0, 0), work: int | None = None) -> None:
         spec = kernel.meta["gemv"]
         self.kernel, self.out = kernel, out
         lanes, rows = spec.lanes, spec.layout == "rows"
-        if rows and M != spec.rows or not takes(spec.path, K, N if rows else None, M, spec.comp, spec.output):
+        if rows and M != spec.rows or not takes(spec.path, K, N if rows else None, M, spec.comp, spec.output) \
+                or items < 1:  # (the kernel's batch loop runs at least once)
             raise RuntimeError(f"internal: {spec.name} does not run M={M}, N={N}, K={K}")
         step = spec.k_step
         whole, tail = (K // 4, K % 4) if rows else (K // step * step, K % step)
         blocks = -(-N // lanes)
-        threads = 1 if items * M * N * K < SMALL_WORK else threads
+        # (``work``: the multiply-adds of the product this plan is a piece of, whose
+        # pieces must split their columns alike: one thread's calls then wait for no other's)
+        threads = 1 if (work or items * M * N * K) < SMALL_WORK else threads
         dst_bytes = spec.output.dst_bytes
         a_item, w_item, c_item = strides
-        parts = [((i0, i1), (0, blocks)) for i0, i1 in split(items, threads)] if items >= threads else \
+        parts = [((i0, i1), (0, blocks)) for i0, i1 in split(items, threads)] if items >= threads and c_item else \
             [((0, items), b) for b in split(blocks, threads)]
         self.structs, self.offsets, self.chunks = [], [], []
         for (i0, i1), (b0, b1) in parts:
@@ -102,14 +112,14 @@ class GemvPlan:
             self.chunks.append((c0, 0))
         self.calls = CallPlan([[(kernel.function, s)] for s in self.structs])
 
-    def point(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
+    def point(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0, at: tuple = (0, 0)) -> None:
         """The structs at this call's arrays (``w``: its first byte is the first column's
-        first) and source zero point ``zp``: the kernel subtracts ``ao`` times each
-        column's sum, ``ao`` the zero point (+ 128 for an s8 source read as u8:
-        ``shifts_s8``)."""
+        first; ``at``: bytes past a's and w's first) and source zero point ``zp``: the
+        kernel subtracts ``ao`` times each column's sum, ``ao`` the zero point (+ 128 for
+        an s8 source read as u8: ``shifts_s8``)."""
         spec = self.kernel.meta["gemv"]
         ao = zp + (128 if spec.s8_src and shifts_s8(spec.path) else 0)
-        a_ptr, w_ptr, c_ptr = pointer_to(a), pointer_to(w), pointer_to(dst)
+        a_ptr, w_ptr, c_ptr = pointer_to(a) + at[0], pointer_to(w) + at[1], pointer_to(dst)
         ao = (ao + 2**31) % 2**32 - 2**31  # (wraps, as the kernel's sums do)
         for s, (a_off, w_off, c_off) in zip(self.structs, self.offsets):
             s.a, s.w, s.c, s.ao = a_ptr + a_off, w_ptr + w_off, c_ptr + c_off, ao

@@ -207,19 +207,22 @@ def in_place_expected(isa: str, policy: str, transb: str, M: int, N: int, K: int
                       ao: int, beta: float) -> bool:
     """Whether a Gemm of 1-4 rows, integer mode, reads B given at execution in place:
     AVX-512 takes any N and K; AVX2's dword masks whole dwords of the rows read (N for
-    B's rows, K for its columns); rows a multiple of 2048 bytes apart are packed; the
-    rows kernel holds the rows its registers leave room for (fewer with column sums)."""
+    B's rows, K for its columns); rows a multiple of 2048 bytes apart only by 1-2 rows
+    of A (K in chunks), more are packed; the rows kernel holds the rows its registers
+    leave room for (fewer with column sums)."""
     from jit.dot import fast_path, widening_path
     from jit.gemv_kernel import rows_max
     from jit.output import OutputSpec
 
-    if transb == "N" and K > 4 and ldb % 2048 == 0:
+    chunked = transb == "N" and K > 4 and ldb % 2048 == 0
+    if chunked and M > 2:
         return False
     if not (isa.startswith("avx512") or (N if transb == "N" else K) % 4 == 0):
         return False
     path = widening_path(isa) if policy == "exact" and not isa.endswith("vnni") else fast_path(isa)
     comp = ao != 0 or a_type == "s8" and path.kind != "widen"
-    return transb == "T" or M <= rows_max(path, comp, OutputSpec(col_comp=False, accumulate=beta == 1.0))
+    output = OutputSpec(col_comp=False, accumulate=chunked or beta == 1.0)
+    return transb == "T" or M <= rows_max(path, comp, output)
 
 
 @st.composite
@@ -237,6 +240,8 @@ def in_place_cases(draw):
     lo, hi = (0, 255) if case["a_type"] == "u8" else (-128, 127)
     case["ao"] = draw(st.one_of(st.just(0), st.integers(lo, hi)))
     case["bo"] = draw(st.one_of(st.just(0), st.integers(-128, 127)))
+    if draw(st.integers(0, 3)) == 0:  # rows of B 2048 bytes apart: K in chunks (1-2 rows), or packed
+        case["ldb_pad"] = 2048 - (case["N"] if case["transb"] == "N" else case["K"])
     return case
 
 
@@ -261,7 +266,9 @@ def test_few_rows_read_b_in_place(isa_path, policy, case):
 @pytest.mark.parametrize("M,N,K,transb,ldb_pad,offsetc,bo,beta", [
     (1, 37, 131, "N", 0, "R", -7, 1.0),   # N and K tails
     (4, 64, 3, "T", 1, "C", 5, 0.0),      # K < 4
-    (2, 2048, 40, "N", 0, "F", 0, 0.0),   # rows 2048 bytes apart: packed
+    (2, 2048, 43, "N", 0, "F", 0, 0.0),   # rows 2048 bytes apart: K in chunks of 8 rows, then 3
+    (1, 100, 1030, "N", 3996, "C", 2, 1.0),  # rows 4096 bytes apart, chunks and 6 rows
+    (3, 2048, 40, "N", 0, "R", 0, 0.0),   # 3 rows: packed
     (3, 96, 2048, "T", 0, "R", 3, 1.0),   # columns of 2048 bytes: in place
     (1, 1, 1, "N", 0, "F", 1, 0.0),
 ])
@@ -544,6 +551,8 @@ GUARD_CASES = [  # (M, N, K, transa, transb, offsetc, lda_pad, ldc_pad, a_type, 
     (11, 97, 130, "N", "N", "R", 5, 0, "s8", 0.0),
     (1, 129, 131, "N", "T", "C", 0, 7, "u8", 1.0),
     (130, 3, 257, "T", "N", "F", 2, 0, "s8", 0.0),
+    (1, 2048, 21, "N", "N", "R", 0, 0, "u8", 1.0),  # rows 2048 bytes apart: K in chunks, in place
+    (2, 4096, 13, "T", "N", "C", 1, 3, "s8", 0.0),
 ]
 
 
