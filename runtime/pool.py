@@ -22,6 +22,7 @@ from jit import pool_kernel as pk
 from runtime.env import env_int
 from runtime.execmem import map_pages
 from runtime.ffi import declare, ffi
+from runtime.threads import usable_cores
 
 declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE, "struct i8j_slot", "struct i8j_slot *",
                   "struct i8j_slot *[]", "struct i8j_job[]", "struct i8j_call[]", "void (*)(void *)"))
@@ -112,32 +113,11 @@ def _free_teams(size: int) -> list:
         return _free.setdefault(size, [])
 
 
-_CORES_TTL_S = 1.0
-_cores_seen = (0, -_CORES_TTL_S)  # (count, time.monotonic() of the look-up)
-
-
-def _cores() -> int:
-    """The CPUs this process may run on, looked up again at most once a second (a system
-    call: 0.5 us, a quarter of a two-thread call's hand-off)."""
-    global _cores_seen
-    count, when = _cores_seen
-    now = time.monotonic()
-    if now - when < _CORES_TTL_S:
-        return count
-    try:
-        count = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        count = os.cpu_count() or 1
-    _cores_seen = (count, now)
-    return count
-
-
 def _forget_after_fork() -> None:  # a child process has none of the parent's threads
-    global _lock, _cores_seen
+    global _lock
     _lock = threading.Lock()
     for teams in _free.values():  # emptied in place: plans hold these lists
         teams.clear()
-    _cores_seen = (0, -_CORES_TTL_S)
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -194,7 +174,7 @@ class CallPlan:
             for fn, arg in self._single:
                 fn(arg)
             return
-        if not ENABLED or self.threads > _cores():  # polling threads would wait for each other's core
+        if not ENABLED or self.threads > usable_cores():  # polling threads would wait for each other's core
             from runtime.threads import run_chunks
 
             run_chunks(_call_list, self._keep)

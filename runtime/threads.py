@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Callable, Sequence
 
 from runtime.env import env_int
@@ -72,15 +73,40 @@ def _take_workers(n: int) -> list:
     return taken + [_Worker() for _ in range(n - len(taken))]
 
 
+_CORES_TTL_S = 1.0
+_cores_seen = (0, -_CORES_TTL_S)  # (count, time.monotonic() of the look-up)
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on, looked up again at most once a second (a system
+    call: 0.5-1 us, a quarter of a two-thread call's hand-off; every one-off GEMM call
+    asks for its default threads)."""
+    global _cores_seen
+    count, when = _cores_seen
+    now = time.monotonic()
+    if now - when < _CORES_TTL_S:
+        return count
+    try:
+        count = max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        count = max(1, os.cpu_count() or 1)
+    _cores_seen = (count, now)
+    return count
+
+
+def forget_cores() -> None:
+    """Look the cores up again at the next call (after this process's affinity changed;
+    a child process, which may be given other CPUs, forgets them itself)."""
+    global _cores_seen
+    _cores_seen = (0, -_CORES_TTL_S)
+
+
+os.register_at_fork(after_in_child=forget_cores)
+
+
 def default_threads() -> int:
     """``INT8JIT_NUM_THREADS`` if set, else the cores this process may run on."""
-    value = env_int("INT8JIT_NUM_THREADS", 0, 1, "a positive integer")
-    if value:
-        return value
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
+    return env_int("INT8JIT_NUM_THREADS", 0, 1, "a positive integer") or usable_cores()
 
 
 def resolve_threads(threads: int | None) -> int:

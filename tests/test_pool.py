@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from runtime import pool
+from runtime import pool, threads
+from runtime.threads import usable_cores
 from runtime.ffi import ffi
 from runtime.kernel import Kernel
 from tests.conftest import child_env
@@ -154,7 +155,7 @@ def test_exit_while_a_worker_polls():
         "rp.CallPlan([[(k.function, s)], [(k.function, s)]]).run()\n"
         "assert b.all()\n"
     )
-    if not pool.ENABLED or pool._cores() < 2:
+    if not pool.ENABLED or usable_cores() < 2:
         pytest.skip("no spinning workers here (INT8JIT_SPIN_POOL=0 or one core)")
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
@@ -174,7 +175,7 @@ def test_worker_spins_from_the_environment(monkeypatch, value, spins):
             pool.worker_spins()
         return
     assert pool.worker_spins() == spins
-    if pool.ENABLED and pool._cores() >= 2 and value:
+    if pool.ENABLED and usable_cores() >= 2 and value:
         team = pool._Team(1)  # a team of its own (the free ones were made before); parks for good
         assert team.slots[0].spins == spins
 
@@ -234,7 +235,7 @@ def test_primitives_outlive_a_kernel_cache_clear(isa_path, monkeypatch):
 
 
 def test_teams_are_reused_across_runs_and_plans():
-    if not pool.ENABLED or pool._cores() < 2:
+    if not pool.ENABLED or usable_cores() < 2:
         pytest.skip("no spinning workers here (INT8JIT_SPIN_POOL=0 or one core)")
     _plan([1, 1])[0].run()
     before = threading.active_count()
@@ -253,13 +254,13 @@ def test_core_count_is_looked_up_at_most_once_a_second(monkeypatch):
         calls.append(pid)
         return {0, 1}
 
-    monkeypatch.setattr(pool.os, "sched_getaffinity", affinity)
-    monkeypatch.setattr(pool, "_cores_seen", (0, -pool._CORES_TTL_S))
-    assert [pool._cores() for _ in range(100)] == [2] * 100
+    monkeypatch.setattr(threads.os, "sched_getaffinity", affinity)
+    monkeypatch.setattr(threads, "_cores_seen", (0, -threads._CORES_TTL_S))
+    assert [usable_cores() for _ in range(100)] == [2] * 100
     assert len(calls) == 1
-    count, when = pool._cores_seen
-    monkeypatch.setattr(pool, "_cores_seen", (count, when - pool._CORES_TTL_S))  # a second later
-    pool._cores()
+    count, when = threads._cores_seen
+    monkeypatch.setattr(threads, "_cores_seen", (count, when - threads._CORES_TTL_S))  # a second later
+    usable_cores()
     assert len(calls) == 2
 
 
@@ -295,7 +296,7 @@ def test_a_job_no_worker_takes_runs_on_the_caller():
 
 def test_the_caller_claims_only_untaken_jobs():
     """With real workers, every call still runs each list once, whoever claims it."""
-    if not pool.ENABLED or pool._cores() < 2:
+    if not pool.ENABLED or usable_cores() < 2:
         pytest.skip("no spinning workers here (INT8JIT_SPIN_POOL=0 or one core)")
     plan, cells = _plan([0, 4])  # the caller's own list is empty: it races the worker for the job
     plan.run()

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from runtime.threads import forget_cores
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WINDOW_S = 0.005  # one timed window of back-to-back calls
 
@@ -182,12 +184,14 @@ def pin(nthreads: int):
     if nthreads >= len(allowed):
         return None
     os.sched_setaffinity(0, allowed[:nthreads])
+    forget_cores()  # (int8jit looks its cores up at most once a second)
     return allowed
 
 
 def unpin(allowed) -> None:
     if allowed is not None:
         os.sched_setaffinity(0, allowed)
+        forget_cores()
 
 
 # ------------------------------------------------------------------ the machine
