@@ -47,14 +47,17 @@ _SHIFT_A_TILES = 4  # s8 A: shift to u8 once per call (not per tile) from this m
 SPLIT_MAX_SHARE = 0.30
 
 
-# B's rows that alias (gemv_driver.rows_alias), read in place by 1-2 rows of A: K in
+# B's rows read in place by 1-2 rows of A where they alias (gemv_driver.rows_alias) or
+# span 8 MB or more (a walk down K then touches more pages than the TLB holds): K in
 # chunks of this many rows, each added into C (the rows kernel's batch loop). On the Zen
-# 4, one / two threads, against packing B: 1 x 4096 x 4096 0.51 / 0.29 ms against 1.90 /
-# 0.95 (whole K at once: 2.4 ms; chunks of 16 rows 0.78 / 0.44); 2 x 4096 x 4096
-# 0.77 / 0.56 against 2.1 / 1.0. At 3-4 rows chunks of 16 gained on one thread and lost
-# on two: packed.
+# 4, one / two threads: 1 x 4096 x 4096 0.51 / 0.29 ms against 1.90 / 0.95 packed and
+# 2.4 / 1.1 whole (chunks of 16 rows: 0.78 / 0.44); 2 x 4096 x 4096 0.77 / 0.56 against
+# 2.1 / 1.0 packed; 1 x 4000 x 4000 0.45 / 0.25 against 1.39 / 0.79 whole. Below 8 MB
+# whole K ran as fast or faster (1 x 1000 x 4096: 103 / 62 us against 116 / 82). At 3-4
+# rows chunks of 16 gained on one thread and lost on two: packed, or whole.
 _CHUNK_ROWS = 8
 _CHUNKED_ROWS = 2
+_CHUNKED_BYTES = 8 << 20
 
 
 @dataclass
@@ -365,11 +368,11 @@ class Gemm:
         if comp in self._in_place_plans:
             return self._in_place_plans[comp]
         layout, rows, K = self._in_place_layout, self.M, self.K
-        # Rows of B that alias in the caches (see rows_alias): one row of A walks K in
-        # chunks of a few rows, each chunk's product added into C (the kernel's batch
-        # loop, C its every item's dst); more rows are packed.
+        # Rows of B that alias in the caches (see rows_alias), or many: 1-2 rows of A walk
+        # K in chunks of a few rows, each chunk's product added into C (the kernel's batch
+        # loop, C its every item's dst); more rows are packed where B's rows alias.
         alias = layout == "rows" and rows_alias(K, self.ldb)
-        chunked = alias and rows <= _CHUNKED_ROWS
+        chunked = (alias or layout == "rows" and K * self.ldb >= _CHUNKED_BYTES) and rows <= _CHUNKED_ROWS
         output = OutputSpec(col_comp=False, accumulate=chunked or self.beta == 1.0)
         plan = None
         if rows <= IN_PLACE_ROWS and (chunked or not alias) \

@@ -208,15 +208,16 @@ def in_place_expected(isa: str, policy: str, transb: str, M: int, N: int, K: int
     """Whether a Gemm of 1-4 rows, integer mode, reads B given at execution in place:
     AVX-512 takes any N and K; AVX2's dword masks whole dwords of the rows read (N for
     B's rows, K for its columns); rows a multiple of 2048 bytes apart only by 1-2 rows
-    of A (K in chunks), more are packed; the rows kernel holds the rows its registers
-    leave room for (fewer with column sums)."""
+    of A (K in chunks, as for 8 MB of rows or more), more are packed; the rows kernel
+    holds the rows its registers leave room for (fewer with column sums)."""
     from jit.dot import fast_path, widening_path
     from jit.gemv_kernel import rows_max
     from jit.output import OutputSpec
 
-    chunked = transb == "N" and K > 4 and ldb % 2048 == 0
-    if chunked and M > 2:
+    alias = transb == "N" and K > 4 and ldb % 2048 == 0
+    if alias and M > 2:
         return False
+    chunked = transb == "N" and M <= 2 and (alias or K * ldb >= 8 << 20)
     if not (isa.startswith("avx512") or (N if transb == "N" else K) % 4 == 0):
         return False
     path = widening_path(isa) if policy == "exact" and not isa.endswith("vnni") else fast_path(isa)
@@ -311,6 +312,20 @@ def test_b_packed_with_its_product(isa_path, threads, M, N, K, transb):
                 assert fused
     if isa_path.startswith("avx512") and (M, threads) == (256, 2):  # (4 tiles of 64 columns, 4 chunks)
         assert fused
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_one_row_times_8_mb_of_b_rows(isa_path, policy):
+    """1 x 2100 x 4000: B's rows (8.4 MB, not aliasing) read in place in chunks of K (but
+    where the kernel has no room for the column sums: AVX2's VPMADDUBSW), with a zero
+    point and beta 1 or without; equal to the model."""
+    for ao, beta in ((3, 1.0), (0, 0.0)):
+        _, _, info = run_and_check(isa=isa_path, policy=policy, M=1, N=2100, K=4000, ao=ao, bo=-2, beta=beta,
+                                   offsetc="R", seed=8, api="execute")
+        if in_place_expected(isa_path, policy, "N", 1, 2100, 4000, 2100, "u8", ao, beta):
+            assert info["runtime_weights"].startswith("read in place by gemv_rows1_"), info
+        else:
+            assert "runtime_weights" not in info and (isa_path, policy, ao) == ("avx2", "faithful", 3), info
 
 
 def test_in_place_b_overlapping_c_is_packed(isa_path):
