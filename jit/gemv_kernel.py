@@ -124,8 +124,10 @@ class GemvSpec:
     def __post_init__(self):
         if self.path.kind not in STEPS:  # pragma: no cover - Path's kinds are these
             raise ValueError(f"path: {self.path.name}; the in-place kernels run {', '.join(STEPS)}")
-        if self.output.col_comp or self.output.row_comp:
-            raise ValueError("output: col_comp and row_comp off (the kernel subtracts its own compensation)")
+        # (the kernel subtracts its own compensation; col_comp, on one row of the rows
+        # kernel, adds the s32 sum of K's earlier chunks: see gemv_driver.ChunkedRows)
+        if self.output.row_comp or self.output.col_comp and (self.layout, self.rows) != ("rows", 1):
+            raise ValueError("output: row_comp off, col_comp only for one row of the rows kernel")
         if self.layout not in ("columns", "rows"):
             raise ValueError(f"layout: expected 'columns' or 'rows', got {self.layout!r}")
         most = rows_max(self.path, self.comp, self.output)
@@ -155,7 +157,8 @@ class GemvSpec:
         comp = "_comp" if self.comp else ""
         rows = f"rows{self.rows}_" if self.layout == "rows" else ""
         widen = "_widen" if self.path.kind == "widen" else ""
-        return f"gemv_{rows}{src}s8{self.output.dst_dt}_{self.path.isa}{widen}{comp}"
+        partial = "_partial" if self.output.col_comp else ""
+        return f"gemv_{rows}{src}s8{self.output.dst_dt}_{self.path.isa}{widen}{comp}{partial}"
 
 
 def rows_max(path: Path, comp: bool, output: OutputSpec) -> int:
@@ -195,11 +198,14 @@ def takes(path: Path, k: int, n: int | None = None, rows: int = 1, comp: bool = 
     return (path.bits == 512 or n % 4 == 0) and rows <= rows_max(path, comp, output or OutputSpec(col_comp=False))
 
 
-def gemv_kernel(path: Path, s8_src: bool, comp: bool, output: OutputSpec, layout: str = "columns", rows: int = 1):
-    """The kernel from the caches (generated on a miss), its spec in ``meta["gemv"]``."""
+def gemv_kernel(path: Path, s8_src: bool, comp: bool, output: OutputSpec, layout: str = "columns", rows: int = 1,
+                partial: bool = False):
+    """The kernel from the caches (generated on a miss), its spec in ``meta["gemv"]``;
+    ``partial``: its output stage first adds an s32 vector per column (one row of the rows
+    kernel: the sum of K's earlier chunks)."""
     from jit import cache
 
-    spec = GemvSpec(path, s8_src, comp, replace(output, col_comp=False), layout, rows if layout == "rows" else 1)
+    spec = GemvSpec(path, s8_src, comp, replace(output, col_comp=partial), layout, rows if layout == "rows" else 1)
     kernel = cache.get_kernel(("gemv", spec), lambda: generate(spec))
     kernel.meta["gemv"] = spec
     return kernel

@@ -31,7 +31,7 @@ from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, 
 from primitives.reference import op
 from runtime import isa as isa_mod
 from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, tuned_spec
-from primitives.gemv_driver import IN_PLACE_ROWS, GemvPlan, rows_alias
+from primitives.gemv_driver import IN_PLACE_ROWS, ChunkedRows, GemvPlan, rows_alias, walks_in_chunks
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
 
@@ -47,26 +47,15 @@ _SHIFT_A_TILES = 4  # s8 A: shift to u8 once per call (not per tile) from this m
 SPLIT_MAX_SHARE = 0.30
 
 
-# B's rows read in place by 1-2 rows of A where they alias (gemv_driver.rows_alias) or
-# span 8 MB or more (a walk down K then touches more pages than the TLB holds): K in
-# chunks of this many rows, each added into C (the rows kernel's batch loop). On the Zen
-# 4, one / two threads: 1 x 4096 x 4096 0.51 / 0.29 ms against 1.90 / 0.95 packed and
-# 2.4 / 1.1 whole (chunks of 16 rows: 0.78 / 0.44); 2 x 4096 x 4096 0.77 / 0.56 against
-# 2.1 / 1.0 packed; 1 x 4000 x 4000 0.45 / 0.25 against 1.39 / 0.79 whole. Below 8 MB
-# whole K ran as fast or faster (1 x 1000 x 4096: 103 / 62 us against 116 / 82). At 3-4
-# rows chunks of 16 gained on one thread and lost on two: packed, or whole.
-_CHUNK_ROWS = 8
-_CHUNKED_ROWS = 2
-_CHUNKED_BYTES = 8 << 20
+_CHUNKED_ROWS = 2  # rows of A that read B's rows in chunks of K (gemv_driver.ChunkedRows), a row at a time
 
 
 @dataclass
 class _InPlace:
-    """B read in place: the kernel calls (one piece, or K's chunks and the rows past
-    them), whether C is zeroed first (chunks add into it), the kernel's name."""
+    """B read in place: per plan (one, or a row of A's chunked walk each), its bytes past
+    A's and C's first; every call in one hand-off; the kernel's name."""
 
-    pieces: list  # (GemvPlan, (A's byte offset, B's byte offset))
-    zero_first: bool
+    plans: list  # (GemvPlan or ChunkedRows, A's byte offset, C's byte offset)
     name: str
     calls: CallPlan
 
@@ -368,27 +357,29 @@ class Gemm:
         if comp in self._in_place_plans:
             return self._in_place_plans[comp]
         layout, rows, K = self._in_place_layout, self.M, self.K
-        # Rows of B that alias in the caches (see rows_alias), or many: 1-2 rows of A walk
-        # K in chunks of a few rows, each chunk's product added into C (the kernel's batch
-        # loop, C its every item's dst); more rows are packed where B's rows alias.
-        alias = layout == "rows" and rows_alias(K, self.ldb)
-        chunked = (alias or layout == "rows" and K * self.ldb >= _CHUNKED_BYTES) and rows <= _CHUNKED_ROWS
-        output = OutputSpec(col_comp=False, accumulate=chunked or self.beta == 1.0)
+        # Rows of B that alias in the caches, or many (gemv_driver.walks_in_chunks): each of
+        # 1-2 rows of A walks K in chunks; more rows are packed where B's rows alias.
+        chunked = layout == "rows" and walks_in_chunks(K, self.ldb)
+        output = OutputSpec(col_comp=False, accumulate=self.beta == 1.0)
         plan = None
-        if rows <= IN_PLACE_ROWS and (chunked or not alias) \
-                and takes(path, K, self.N if layout == "rows" else None, rows, comp, output):
+        alias = layout == "rows" and rows_alias(K, self.ldb)
+        if rows <= (_CHUNKED_ROWS if chunked else IN_PLACE_ROWS) and (chunked or not alias) \
+                and takes(path, K, self.N if layout == "rows" else None, 1 if chunked else rows, comp, output):
             isa_mod.require_path(self.isa)
-            kernel = gemv_kernel(path, self.a_type == "s8", comp, output, layout, rows)
-            lda = self.lda if self.transa == "N" else self.K
-            whole = K // _CHUNK_ROWS * _CHUNK_ROWS if chunked else 0
-            steps = [(0, _CHUNK_ROWS, whole // _CHUNK_ROWS)] * (whole > 0) + [(whole, K - whole, 1)] * (K > whole)
-            pieces = []
-            for k0, k, items in steps:  # (items of k rows of B each, from row k0)
-                gemv = GemvPlan(kernel, rows, self.N, k, lda, self.ldb, self.ldc * 4, OutputArgs(col_comp=None),
-                                self.threads, items, (k, k * self.ldb, 0), work=rows * self.N * K)
-                pieces.append((gemv, (k0, k0 * self.ldb)))
-            plan = _InPlace(pieces, chunked and self.beta == 0.0, kernel.meta["gemv"].name,
-                            CallPlan.joined([gemv.calls for gemv, _ in pieces]))
+            s8, lda, ldc = self.a_type == "s8", self.lda if self.transa == "N" else self.K, 4 * self.ldc
+            if chunked:
+                sums = [OutputSpec(col_comp=False), OutputSpec(col_comp=False, accumulate=True)]
+                kernels = tuple(gemv_kernel(path, s8, comp, spec, "rows", 1) for spec in sums) + \
+                    (gemv_kernel(path, s8, comp, output, "rows", 1, partial=True),)
+                whole = -(-self.N // 64) * 64
+                plans = [(ChunkedRows(kernels, self.N, K, self.ldb, ldc, OutputArgs(col_comp=None), self.threads,
+                                      np.zeros(whole, np.int32)), i * lda, i * ldc) for i in range(rows)]
+            else:
+                kernel = gemv_kernel(path, s8, comp, output, layout, rows)
+                plans = [(GemvPlan(kernel, rows, self.N, K, lda, self.ldb, ldc, OutputArgs(col_comp=None),
+                                   self.threads), 0, 0)]
+            plan = _InPlace(plans, plans[0][0].kernel.meta["gemv"].name,
+                            CallPlan.joined([p.calls for p, _, _ in plans]))
         self._in_place_plans[comp] = plan
         return plan
 
@@ -400,11 +391,8 @@ class Gemm:
         a, lda = A, self.lda
         if self.transa == "T":
             a, lda = np.ascontiguousarray(op(A, "T", M, K, self.lda)), K
-        c = C[:M, :N] if C.ndim == 2 else np.lib.stride_tricks.as_strided(C, (M, N), (4 * self.ldc, 4))
-        if plan.zero_first:  # (chunks add into C)
-            c[...] = 0
-        for gemv, at in plan.pieces:
-            gemv.point(a, B, C, ao, at)
+        for gemv, a_at, c_at in plan.plans:
+            gemv.point(a, B, C, ao, (a_at, 0), c_at)
         plan.calls.run()
         self._last_in_place = plan.name
         fix = np.zeros((M, 1), np.int64)
@@ -414,6 +402,7 @@ class Gemm:
             fix = fix + (co[:M, None] if self.offsetc == "C" else co[:N] if self.offsetc == "R"
                          else co[0]).astype(np.int64)
         if fix.any():
+            c = C[:M, :N] if C.ndim == 2 else np.lib.stride_tricks.as_strided(C, (M, N), (4 * self.ldc, 4))
             np.add(c, _wrap32(np.broadcast_to(fix, (M, N))), out=c)
 
     def _kernel(self, choice: Choice, spec: OutputSpec):

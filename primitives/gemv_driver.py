@@ -23,6 +23,8 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from jit.gemv_kernel import ARGS_CDEF, SIGNATURE, shifts_s8, takes
@@ -46,10 +48,29 @@ IN_PLACE_ROWS = 4
 ALIASING_ROW_BYTES = 2048
 
 
+# One row of A times weights' rows that alias, or span 8 MB or more (a walk down all of
+# K then touches more pages than the TLB holds): K in chunks of CHUNK_ROWS rows, each
+# chunk's product added into an s32 sum (the rows kernel's batch loop, its items' dst
+# the same). On the Zen 4, one / two threads, a GEMM of 1 x 4096 x 4096: 0.51 / 0.29
+# ms, against 1.90 / 0.95 packing B and 2.4 / 1.1 walking all of K (chunks of 16 rows:
+# 0.78 / 0.44); 1 x 4000 x 4000 0.45 / 0.25 against 1.39 / 0.79 walking all of K. Below
+# 8 MB walking all of K ran as fast or faster (1 x 1000 x 4096: 103 / 62 us, in chunks
+# 116 / 82). A GEMM of two rows walks a row at a time (2 x 4096 x 4096: 0.96 / 0.54 ms
+# against 2.1 / 1.0 packed); 3-4 rows in chunks of 16 gained on one thread and lost on two.
+CHUNK_ROWS = 8
+CHUNKED_BYTES = 8 << 20
+
+
 def rows_alias(k: int, ldw: int) -> bool:
     """Whether the rows kernel's walk down K rows ``ldw`` bytes apart overflows the cache
-    sets they share (see ALIASING_ROW_BYTES)."""
-    return k > 4 and ldw % ALIASING_ROW_BYTES == 0
+    sets they share (see ALIASING_ROW_BYTES; a walk of up to 15 rows does not)."""
+    return k >= 2 * CHUNK_ROWS and ldw % ALIASING_ROW_BYTES == 0
+
+
+def walks_in_chunks(k: int, ldw: int) -> bool:
+    """Whether the rows kernel reads weights of K = ``k`` rows ``ldw`` bytes apart in
+    chunks of K (see CHUNK_ROWS)."""
+    return rows_alias(k, ldw) or k >= 2 * CHUNK_ROWS and k * ldw >= CHUNKED_BYTES
 
 
 def runs_in_place(path, rows: int, k: int, n: int | None = None, comp: bool = False, output=None,
@@ -112,19 +133,68 @@ class GemvPlan:
             self.chunks.append((c0, 0))
         self.calls = CallPlan([[(kernel.function, s)] for s in self.structs])
 
-    def point(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0, at: tuple = (0, 0)) -> None:
+    def point(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0, at: tuple = (0, 0),
+              dst_at: int = 0) -> None:
         """The structs at this call's arrays (``w``: its first byte is the first column's
-        first; ``at``: bytes past a's and w's first) and source zero point ``zp``: the
-        kernel subtracts ``ao`` times each column's sum, ``ao`` the zero point (+ 128 for
-        an s8 source read as u8: ``shifts_s8``)."""
+        first; ``at``: bytes past a's and w's first, ``dst_at`` past dst's) and source zero
+        point ``zp``: the kernel subtracts ``ao`` times each column's sum, ``ao`` the zero
+        point (+ 128 for an s8 source read as u8: ``shifts_s8``)."""
         spec = self.kernel.meta["gemv"]
         ao = zp + (128 if spec.s8_src and shifts_s8(spec.path) else 0)
-        a_ptr, w_ptr, c_ptr = pointer_to(a) + at[0], pointer_to(w) + at[1], pointer_to(dst)
+        a_ptr, w_ptr, c_ptr = pointer_to(a) + at[0], pointer_to(w) + at[1], pointer_to(dst) + dst_at
         ao = (ao + 2**31) % 2**32 - 2**31  # (wraps, as the kernel's sums do)
         for s, (a_off, w_off, c_off) in zip(self.structs, self.offsets):
             s.a, s.w, s.c, s.ao = a_ptr + a_off, w_ptr + w_off, c_ptr + c_off, ao
 
     def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
         """:meth:`point`, then one kernel call per thread."""
+        self.point(a, w, dst, zp)
+        self.calls.run()
+
+
+class ChunkedRows:
+    """One row of A times weights given as K rows of N bytes, K in chunks of
+    :data:`CHUNK_ROWS` (:func:`walks_in_chunks`), threads taking ranges of columns:
+
+        partial  = row . chunk 0                      (``first``: an s32 store)
+        partial += row . chunk i, 0 < i < n - 1       (``middle``: one call, its batch loop)
+        dst      = stage(row . the rest + partial)    (``last``: the output stage, whose
+                                                       col_comp adds ``partial``)
+
+    ``partial`` is an int32 vector of the padded columns (the stage reads whole vectors),
+    which each thread writes and reads in its own columns only. The kernels' plans split
+    their columns alike (one ``work``), so the calls of one thread never wait for
+    another's. The interface of :class:`GemvPlan` (``structs`` and ``chunks``: the last
+    call's, whose output stage they feed; ``kernel``: its kernel)."""
+
+    def __init__(self, kernels: tuple, N: int, K: int, ldw: int, ldc_bytes: int, out: OutputArgs, threads: int,
+                 partial: np.ndarray) -> None:
+        first, middle, last = kernels
+        n = K // CHUNK_ROWS
+        if n < 2 or partial.dtype != np.int32 or partial.size < -(-N // 64) * 64:  # (a whole last vector)
+            raise RuntimeError(f"internal: {K} rows in chunks of {CHUNK_ROWS}, or the partial sums' buffer")
+        ch, work = CHUNK_ROWS, N * K
+        rest = K - (n - 1) * ch
+        s32 = OutputArgs(col_comp=None)
+        self.pieces = [(GemvPlan(first, 1, N, ch, ch, ldw, 4 * N, s32, threads, work=work), 0, partial)]
+        if n > 2:
+            self.pieces.append((GemvPlan(middle, 1, N, ch, ch, ldw, 4 * N, s32, threads, n - 2, (ch, ch * ldw, 0),
+                                         work=work), ch, partial))
+        final = GemvPlan(last, 1, N, rest, rest, ldw, ldc_bytes, dataclasses.replace(out, col_comp=partial),
+                         threads, work=work)
+        self.pieces.append((final, (n - 1) * ch, None))
+        self.partial, self.ldw = partial, ldw
+        self.kernel, self.structs, self.chunks = last, final.structs, final.chunks
+        self.calls = CallPlan.joined([plan.calls for plan, _, _ in self.pieces])
+
+    def point(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0, at: tuple = (0, 0),
+              dst_at: int = 0) -> None:
+        """Every call's struct at this call's arrays (as :meth:`GemvPlan.point`)."""
+        for plan, k0, into in self.pieces:
+            plan.point(a, w, dst if into is None else into, zp, (at[0] + k0, at[1] + k0 * self.ldw),
+                       dst_at if into is None else 0)
+
+    def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
+        """:meth:`point`, then the calls, one hand-off."""
         self.point(a, w, dst, zp)
         self.calls.run()

@@ -208,22 +208,22 @@ def in_place_expected(isa: str, policy: str, transb: str, M: int, N: int, K: int
     """Whether a Gemm of 1-4 rows, integer mode, reads B given at execution in place:
     AVX-512 takes any N and K; AVX2's dword masks whole dwords of the rows read (N for
     B's rows, K for its columns); rows a multiple of 2048 bytes apart only by 1-2 rows
-    of A (K in chunks, as for 8 MB of rows or more), more are packed; the rows kernel
-    holds the rows its registers leave room for (fewer with column sums)."""
+    of A (K in chunks, a row at a time, as for 8 MB of rows or more), more are packed;
+    the rows kernel holds the rows its registers leave room for (fewer with column sums)."""
     from jit.dot import fast_path, widening_path
     from jit.gemv_kernel import rows_max
     from jit.output import OutputSpec
 
-    alias = transb == "N" and K > 4 and ldb % 2048 == 0
+    alias = transb == "N" and K >= 16 and ldb % 2048 == 0
     if alias and M > 2:
         return False
-    chunked = transb == "N" and M <= 2 and (alias or K * ldb >= 8 << 20)
+    chunked = transb == "N" and M <= 2 and (alias or K >= 16 and K * ldb >= 8 << 20)
     if not (isa.startswith("avx512") or (N if transb == "N" else K) % 4 == 0):
         return False
     path = widening_path(isa) if policy == "exact" and not isa.endswith("vnni") else fast_path(isa)
     comp = ao != 0 or a_type == "s8" and path.kind != "widen"
-    output = OutputSpec(col_comp=False, accumulate=chunked or beta == 1.0)
-    return transb == "T" or M <= rows_max(path, comp, output)
+    output = OutputSpec(col_comp=False, accumulate=beta == 1.0)
+    return transb == "T" or (1 if chunked else M) <= rows_max(path, comp, output)  # (chunked: a row at a time)
 
 
 @st.composite

@@ -128,8 +128,11 @@ def test_spec_refuses_what_it_cannot_do():
     plain = OutputSpec(col_comp=False)
     with pytest.raises(ValueError, match="^layout: expected 'columns' or 'rows', got 'tiles'"):
         GemvSpec(fast_path("avx2"), False, False, plain, "tiles")
-    with pytest.raises(ValueError, match="^output: col_comp and row_comp off"):
-        GemvSpec(fast_path("avx512_core_vnni"), False, False, OutputSpec())
+    for output, layout, rows in ((OutputSpec(), "columns", 1), (OutputSpec(), "rows", 2),
+                                 (OutputSpec(col_comp=False, row_comp=True), "rows", 1)):
+        with pytest.raises(ValueError, match="^output: row_comp off, col_comp only for one row of the rows kernel"):
+            GemvSpec(fast_path("avx512_core_vnni"), False, False, output, layout, rows)
+    assert GemvSpec(fast_path("avx512_core_vnni"), False, False, OutputSpec(), "rows", 1).name.endswith("_partial")
     with pytest.raises(ValueError, match="^rows: the rows kernel of avx2_vnni:vnni holds 1..0 rows of A, not 1"):
         GemvSpec(fast_path("avx2_vnni"), True, True, plain, "rows", 1)
     zmm, ymm = fast_path("avx512_core_vnni"), fast_path("avx2_vnni")
