@@ -41,12 +41,13 @@ import numpy as np
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
-from jit.gemv_kernel import gemv_kernel, shifts_s8
+from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
+from jit.output import OutputSpec
 from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
 from jit.dot import widening_path
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, point, refresh, run
-from primitives.gemv_driver import GemvPlan, reads_in_place, runs_in_place
+from primitives.gemv_driver import ChunkedRows, GemvPlan, reads_in_place, runs_in_place, walks_in_chunks
 from primitives.checks import check_no_zero_dim
 from primitives.memory import Memory, MemoryDesc, desc, identity_tag, packed_desc
 from primitives import verbose
@@ -136,6 +137,7 @@ class _GemmBasedDesc(PrimitiveDesc):
     _item_binary = False  # a binary operand of one value or one per column per batch item
     _in_place = None  # the kernel that reads runtime weights in place (few rows), or None
     _in_place_layout, _in_place_rows = "columns", 1  # its layout, and its rows (the rows kernel's)
+    _in_place_chunked = False  # the rows kernel's one row walks K in chunks (gemv_driver.ChunkedRows)
 
     def flat(self) -> bool:
         """One GEMM of batch*M rows: one weight matrix serves the batch, src has a matrix
@@ -205,10 +207,18 @@ class _GemmBasedDesc(PrimitiveDesc):
         path = widening_path(self.isa) if self.fast.path.kind != "vnni" and policy == "exact" else self.fast.path
         # (the column sums: a zero point's, and an s8 source's +128 where it is shifted)
         comp = SRC in attr.zero_points or self.src_s8 and shifts_s8(path)
-        if layout is not None and runs_in_place(
-                path, rows, K, N if layout == "rows" else None, comp, self.output):
+        # One row times weights' rows that a walk down K would find slow (aliasing in the
+        # caches, or 8 MB or more: decode's 4096 x 4096): read in chunks of K, whose sums
+        # the last chunk's output stage adds (gemv_driver.ChunkedRows).
+        chunked = layout == "rows" and rows == 1 and walks_in_chunks(K, N) and takes(path, K, N, 1, comp, self.output)
+        if layout is not None and (chunked or runs_in_place(
+                path, rows, K, N if layout == "rows" else None, comp, self.output)):
             self._in_place_layout, self._in_place_rows, self._in_place_path = layout, rows, (path, comp)
+            self._in_place_chunked = chunked
             self._in_place = self._gemv_for(self.output)
+            if chunked:
+                self._chunk_sums = tuple(gemv_kernel(path, self.src_s8, comp, spec, "rows", 1) for spec in
+                                         (OutputSpec(col_comp=False), OutputSpec(col_comp=False, accumulate=True)))
         else:  # (an in-place primitive runs no GEMM kernel: impl_info makes the one it names)
             for choice in choices:
                 self._kernel_for(choice)
@@ -218,7 +228,9 @@ class _GemmBasedDesc(PrimitiveDesc):
         # and blocks of the in-place kernel's: their output stages read whole vectors.
         whole = math.lcm(self.fast.nr * self.fast.path.lanes, 64)
         tiles = self._n_padded = -(-N // whole) * whole
-        self.scratchpad_nbytes = 4 * 4 * tiles + (4 * M * batch if K < 4 else 0)
+        # (then a row's padded K in whole dwords, or the chunks' partial sums)
+        self.scratchpad_nbytes = 4 * 4 * tiles + (4 * M * batch if K < 4 else 4 * tiles if self._in_place_chunked
+                                                  else 0)
         verbose.dispatch(self.kind, self.impl_name(), "chosen: " + self.fast.reason) \
             if verbose.enabled("dispatch") else None
 
@@ -258,7 +270,8 @@ class _GemmBasedDesc(PrimitiveDesc):
     def _gemv_for(self, output):
         """The in-place kernel for the output stage ``output``."""
         path, comp = self._in_place_path
-        return gemv_kernel(path, self.src_s8, comp, output, self._in_place_layout, self._in_place_rows)
+        return gemv_kernel(path, self.src_s8, comp, output, self._in_place_layout, self._in_place_rows,
+                           partial=self._in_place_chunked)
 
     def _key_extra(self):
         return (self.kind,)
@@ -466,7 +479,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             n_pad = self.pd._n_padded
             cols = sp[: 16 * n_pad].view(np.float32).reshape(4, n_pad)
             views = self._sp_views[key] = {"col_comp": cols[0].view(np.int32), "scale": cols[1], "bias": cols[2],
-                                           "dst_zp": cols[3], "a4": sp[16 * n_pad:], "sp": sp, "last": {}}
+                                           "dst_zp": cols[3], "a4": sp[16 * n_pad:], "sp": sp, "last": {},
+                                           "partial": sp[16 * n_pad:20 * n_pad].view(np.int32)}
         return views
 
     def _execute(self, mem: dict, scratchpad) -> Replay | None:
@@ -521,7 +535,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         # dealt to the threads: a small item split between threads pays for the split and
         # a hand-off (attention's 12 heads of 128x64x128 on two threads: 0.43 of oneDNN).
         spread = pd.threads > 1 and items >= 2 * pd.threads and K >= 4 and not mem[WEIGHTS].desc.is_packed \
-            and (ao == 0 or pd._in_place is not None)
+            and (ao == 0 or pd._in_place is not None) and not pd._in_place_chunked  # (one partial sums' vector)
         item_threads = 1 if spread else pd.threads
         # Spread items with weights of their own packed at this call: each thread packs its
         # items' weights, then runs their products (one hand-off, not two; attention's 12
@@ -634,7 +648,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         weights' view), or None: where the weights are read in place and no binary
         post-op reads an operand per item."""
         pd = self.pd
-        if pd._in_place is None or w is None or pd._binary:
+        if pd._in_place is None or w is None or pd._binary or pd._in_place_chunked:
             return None
         if w.ndim != 3 or not reads_in_place(w[0], pd._in_place_layout):
             return None
@@ -673,6 +687,10 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         kernel = self._gemv_kernel(output)
         ldw = w.strides[1] if pd._in_place_layout == "columns" else w.strides[0]
         key = ("gemv", kernel.address, views["sp"].ctypes.data, ldw, rows, b, threads)
+        if pd._in_place_chunked:
+            return self._kept_plan(key, lambda: ChunkedRows(pd._chunk_sums + (kernel,), pd.N, pd.K, ldw,
+                                                            pd.N * pd.output.dst_bytes, self._output_args(views, None),
+                                                            threads, views["partial"]))
         return self._kept_plan(key, lambda: GemvPlan(kernel, rows, pd.N, pd.K, pd.K, ldw, pd.N * pd.output.dst_bytes,
                                                      self._output_args(views, None), threads))
 

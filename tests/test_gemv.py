@@ -209,6 +209,44 @@ def test_what_still_packs(isa_path):
     assert "gemv_rows1_" in kernel and ("_widen" in kernel) is not vnni
 
 
+def test_one_row_walks_aliasing_rows_in_chunks(isa_path):
+    """A matmul of one row by weights' rows 4096 bytes apart (decode's 4096 x 4096, here
+    K = 203): in place in chunks of K, its scratchpad holding their partial sums; a batch
+    of 3 items with weights of their own (one plan each, the partial sums shared in turn),
+    new values replayed and through bind(); a u8 dst after scales, bias and relu."""
+    rng = np.random.default_rng(13)
+    items, K, N = 3, 203, 4096
+    attr = Attr(scales={"weights": 4}, zero_points={"src": 0}).set_post_ops(PostOps().eltwise("relu"))
+    pd = MatmulDesc(desc((items, 1, K), "u8", "abc"), desc((items, K, N), "s8", "abc"),
+                    desc((items, 1, N), "u8", "abc"), desc((1, 1, N), "f32", "abc"), attr=attr, isa=isa_path)
+    kernel = pd.impl_info().get("runtime_weights", "")
+    chunked = takes(_path(pd.isa) if pd.isa.endswith("vnni") else path_for(pd.isa, "widen"), K, N, 1, True,
+                    pd.output)
+    assert kernel.endswith("_partial") is chunked, kernel
+    prim = pd.create()
+    x = rng.integers(0, 256, (items, 1, K)).astype(np.uint8)
+    w = rng.integers(-128, 128, (items, K, N)).astype(np.int8)
+    scale, bias = rng.uniform(1e-4, 1e-3, N).astype(np.float32), rng.uniform(-20, 20, (1, 1, N)).astype(np.float32)
+    y = np.zeros((items, 1, N), np.uint8)
+    args = {"src": x, "weights": w, "dst": y, "scales:weights": scale, "bias": bias, "zero_points:src": np.int32([5])}
+
+    def want():
+        return np.stack([output_pipeline(wrap_int32(gemm_sum(x[i], w[i], 5, 0, False)), dst_dt="u8", scale=scale,
+                                         bias=bias[0], post_ops=[("eltwise", "relu", 0.0, 0.0)])
+                         for i in range(items)])
+    prim.execute(args)
+    np.testing.assert_array_equal(y, want())
+    run = prim.bind(args)
+    for _ in range(2):
+        x[...] = rng.integers(0, 256, x.shape)
+        w[...] = rng.integers(-128, 128, w.shape)
+        prim.execute(args)
+        np.testing.assert_array_equal(y, want())
+        y[...] = 0
+        run()
+        np.testing.assert_array_equal(y, want())
+
+
 def test_batched_attention_scores(isa_path):
     """Attention at decode: one query row per head times that head's keys, given as a
     ``acb`` (items x K x N, K contiguous: the keys' rows) batch of runtime weights; every

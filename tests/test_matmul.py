@@ -157,6 +157,17 @@ def test_in_place_matmul_matches_model(isa_path, p, m, layout):
     assert_same_bits(dst, want)
 
 
+@SETTINGS
+@given(p=problems(), k=st.integers(16, 140), n=st.sampled_from([2048, 4096]))
+def test_chunked_in_place_matmul_matches_model(isa_path, p, k, n):
+    """One row times runtime weights whose rows alias in the caches (N = 2048, 4096):
+    read in place in chunks of K (gemv_driver.ChunkedRows: s32 partial sums, then the
+    output stage adding them), with every attribute of the pipeline."""
+    p.update(M=1, K=k, N=n, packed=False, layout="ab")
+    dst, want = _run(p, isa_path)
+    assert_same_bits(dst, want)
+
+
 @st.composite
 def wide_problems(draw):
     """``problems`` at up to 150 rows, K of 800 and 200 columns: several column tiles and
