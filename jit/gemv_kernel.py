@@ -158,7 +158,8 @@ class GemvSpec:
         rows = f"rows{self.rows}_" if self.layout == "rows" else ""
         widen = "_widen" if self.path.kind == "widen" else ""
         partial = "_partial" if self.output.col_comp else ""
-        return f"gemv_{rows}{src}s8{self.output.dst_dt}_{self.path.isa}{widen}{comp}{partial}"
+        acc = "_acc" if self.output.accumulate else ""  # (dst += the sums)
+        return f"gemv_{rows}{src}s8{self.output.dst_dt}_{self.path.isa}{widen}{comp}{acc}{partial}"
 
 
 def rows_max(path: Path, comp: bool, output: OutputSpec) -> int:

@@ -219,6 +219,17 @@ def test_dump_asm_gemv(capsys, isa, a_type, policy):
     assert f"gemv_{a_type}s8u8_{isa}{'_widen' if kind == 'widen' else ''}{comp} [{isa}]" in out
 
 
+@pytest.mark.parametrize("isa", LADDER)
+def test_dump_asm_gemv_chunks(capsys, isa):
+    """--chunks: the three rows kernels of one row walking K in chunks, the last one's
+    output stage adding the partial sums (a VPADDD from memory before the conversion)."""
+    status, out, err = _dump(capsys, "gemv", "--isa", isa, "--chunks", "--fused")
+    assert status == 0, err
+    names = [line.split()[1] for line in out.splitlines() if line.startswith(";   gemv_rows1_")]
+    assert len(names) == 3 and names[2].endswith("_partial") and not names[0].endswith("_partial"), out
+    assert "chunks of 8 rows" in out and "vcvtdq2ps" in out.lower()
+
+
 def test_dump_asm_att_syntax(capsys):
     status, out, _ = _dump(capsys, "peak", "--isa", "avx512_core_vnni", "--syntax", "att")
     assert status == 0

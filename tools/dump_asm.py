@@ -25,7 +25,9 @@ Kernels (``--list``)::
            (which VPMADDUBSW reads too) and the widening one, 512-bit into the VNNI one
     gemv   the kernel that reads an inner product's runtime weights in place (batch
            1-4) [--a-type u8|s8] [--dst u8|s8|s32|f32] [--fused] [--policy exact|faithful]
-           (without VNNI: widened under exact, VPMADDUBSW under faithful)
+           (without VNNI: widened under exact, VPMADDUBSW under faithful); --chunks: the
+           three a matmul's one row runs on 4096 x 4096 weights' rows, K in chunks (the
+           s32 partial sums stored, then added, then the output stage adding them)
 
 A path the CPU lacks is generated and disassembled all the same (mapping code needs no
 CPU support); it is never executed. Examples::
@@ -92,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", type=int, default=default, help=f"conv: {what}")
     p.add_argument("--dst", default="u8", choices=("u8", "s8", "s32", "f32"), help="conv/gemv: dst data type")
     p.add_argument("--fused", action="store_true", help="conv/gemv: per-channel scales, bias and relu")
+    p.add_argument("--chunks", action="store_true",
+                   help="gemv: the rows kernels of one row by 4096 x 4096 weights, K in chunks")
     p.add_argument("--alg", default="max", choices=("max", "avg_include_padding", "avg_exclude_padding"),
                    help="pool: algorithm")
     p.add_argument("--syntax", default="intel", choices=("intel", "att"), help="assembly syntax")
@@ -273,7 +277,9 @@ def _gemv(args, isa: str):
     descriptor: it would need the ISA on this CPU; the kernel is generated, not run)."""
     from jit.dot import fast_path, widening_path
     from jit.gemv_kernel import gemv_kernel, shifts_s8
+    from jit.output import OutputSpec
     from primitives.attr import Attr, PostOps
+    from primitives.gemv_driver import CHUNK_ROWS
     from primitives.memory import desc
     from primitives.pipeline import output_plan
 
@@ -287,7 +293,16 @@ def _gemv(args, isa: str):
     s8 = args.a_type == "s8"
     output = output_plan(attr, desc((1, 1000), args.dst, "ab"), desc((1000,), "f32", "a") if args.fused else None,
                          None, col_comp=s8).spec
-    kernel = gemv_kernel(path, s8, s8 and shifts_s8(path), output)
+    comp = s8 and shifts_s8(path)
+    if args.chunks:
+        output = output_plan(attr, desc((1, 4096), args.dst, "ab"), desc((4096,), "f32", "a") if args.fused else None,
+                             None, col_comp=s8).spec
+        specs = (OutputSpec(col_comp=False), OutputSpec(col_comp=False, accumulate=True), output)
+        kernels = [gemv_kernel(path, s8, comp, spec, "rows", 1, partial=i == 2) for i, spec in enumerate(specs)]
+        return [f"matmul 1x4096 by 4096x4096 (ab), {args.a_type} -> {args.dst}, weights read in place, K in "
+                f"chunks of {CHUNK_ROWS} rows: the first chunk's s32 sums, the next ones added, the last through "
+                "the output stage"] + [f"  {k.meta['gemv'].name}" for k in kernels], kernels
+    kernel = gemv_kernel(path, s8, comp, output)
     return [f"inner product 1x2048 -> 1000, {args.a_type} -> {args.dst}, weights read in place: "
             f"{kernel.meta['gemv']}"], [kernel]
 
