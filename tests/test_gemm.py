@@ -165,15 +165,23 @@ def gemm_cases(draw):
         with_co=draw(st.booleans()),
     )
     case["alpha"], case["beta"] = draw(st.sampled_from(ALPHA_BETA))
+    return draw_offsets(draw, case)
+
+
+def draw_offsets(draw, case: dict) -> dict:
+    """``case`` with ao (in A's range) and bo drawn: 0 often, else any."""
     lo, hi = (0, 255) if case["a_type"] == "u8" else (-128, 127)
     case["ao"] = draw(st.one_of(st.just(0), st.integers(lo, hi)))
     case["bo"] = draw(st.one_of(st.just(0), st.integers(-128, 127)))
     return case
 
 
+PROPERTY = settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "50")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
 @pytest.mark.parametrize("policy", POLICIES)
-@settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "50")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@PROPERTY
 @given(case=gemm_cases())
 def test_property_matches_model(isa_path, policy, case):
     """Any shape, transposes, leading dims, offsets, alpha/beta, data: equals the model."""
@@ -238,17 +246,14 @@ def in_place_cases(draw):
         seed=draw(st.integers(0, 2**32 - 1)), with_co=draw(st.booleans()),
         beta=draw(st.sampled_from([0.0, 1.0])),
     )
-    lo, hi = (0, 255) if case["a_type"] == "u8" else (-128, 127)
-    case["ao"] = draw(st.one_of(st.just(0), st.integers(lo, hi)))
-    case["bo"] = draw(st.one_of(st.just(0), st.integers(-128, 127)))
+    draw_offsets(draw, case)
     if draw(st.integers(0, 3)) == 0:  # rows of B 2048 bytes apart: K in chunks (1-2 rows), or packed
         case["ldb_pad"] = 2048 - (case["N"] if case["transb"] == "N" else case["K"])
     return case
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "50")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@PROPERTY
 @given(case=in_place_cases())
 def test_few_rows_read_b_in_place(isa_path, policy, case):
     """1-4 rows of A times a B given at execution, in integer mode (alpha 1, beta 0 or
