@@ -56,7 +56,8 @@ ALIASING_ROW_BYTES = 2048
 # 0.78 / 0.44); 1 x 4000 x 4000 0.45 / 0.25 against 1.39 / 0.79 walking all of K. Below
 # 8 MB walking all of K ran as fast or faster (1 x 1000 x 4096: 103 / 62 us, in chunks
 # 116 / 82). A GEMM of two rows walks a row at a time (2 x 4096 x 4096: 0.96 / 0.54 ms
-# against 2.1 / 1.0 packed); 3-4 rows in chunks of 16 gained on one thread and lost on two.
+# against 2.1 / 1.0 packed); 3-4 rows in chunks of 16 gained on one thread and lost on
+# two: they walk all of K.
 CHUNK_ROWS = 8
 CHUNKED_BYTES = 8 << 20
 

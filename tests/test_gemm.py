@@ -225,7 +225,7 @@ def in_place_expected(isa: str, policy: str, transb: str, M: int, N: int, K: int
     alias = transb == "N" and K >= 16 and ldb % 2048 == 0
     if alias and M > 2:
         return False
-    chunked = transb == "N" and M <= 2 and (alias or K >= 16 and K * ldb >= 8 << 20)
+    chunked = transb == "N" and M <= 2 and (alias or K >= 16 and K * ldb >= 8 << 20)  # (3-4 rows: all of K)
     if not (isa.startswith("avx512") or (N if transb == "N" else K) % 4 == 0):
         return False
     path = widening_path(isa) if policy == "exact" and not isa.endswith("vnni") else fast_path(isa)
