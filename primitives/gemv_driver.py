@@ -74,13 +74,12 @@ def walks_in_chunks(k: int, ldw: int) -> bool:
     return rows_alias(k, ldw) or k >= 2 * CHUNK_ROWS and k * ldw >= CHUNKED_BYTES
 
 
-def runs_in_place(path, rows: int, k: int, n: int | None = None, comp: bool = False, output=None,
-                  ldw: int | None = None) -> bool:
+def runs_in_place(path, rows: int, k: int, n: int | None = None, comp: bool = False, output=None) -> bool:
     """Whether a product of ``rows`` rows with weights of K = ``k`` runs in place: given
     as columns of contiguous K bytes (``n`` None: an OC x K inner product's, a ``ba``
-    matmul's), or as rows of ``n`` contiguous bytes, ``ldw`` (default ``n``) apart (an
-    ``ab`` matmul's; not where they alias in the caches: then packed)."""
-    if n is not None and rows_alias(k, ldw or n):
+    matmul's), or as rows of ``n`` contiguous bytes (an ``ab`` matmul's; not where they
+    alias in the caches: then packed, or, for one row, read in chunks: ChunkedRows)."""
+    if n is not None and rows_alias(k, n):
         return False
     return rows <= IN_PLACE_ROWS and takes(path, k, n, rows, comp, output)
 
