@@ -405,11 +405,12 @@ def test_user_scratchpad_two_threads(isa_path, M):
 @pytest.mark.parametrize("weights", ["uniform", "split"])
 def test_guard_pages(isa_path, guarded, dst_dt, where, weights):
     """Every tail width of a row, with src, weights, dst and binary operands against a
-    PROT_NONE page: any access past a buffer faults. ``split``: small weights with an
+    PROT_NONE page (and runtime weights: uniform ones, read in place at 1-4 rows, in
+    chunks of K at 1 x 21 x 2048): any access past a buffer faults. ``split``: small weights with an
     unsafe pair at the end of K (the exact path's residual cells on VPMADDUBSW ISAs:
     at K = 68/69 of 70 the cell reads A's last dword of a row)."""
     rng = np.random.default_rng(6)
-    for M, K, N in ((3, 5, 17), (2, 1, 9), (7, 13, 3), (1, 70, 33)):
+    for M, K, N in ((3, 5, 17), (2, 1, 9), (7, 13, 3), (1, 70, 33), (1, 21, 2048)):  # (the last: K in chunks)
         src = guarded(M * K, np.uint8, where).reshape(M, K)
         src[:] = _rand(rng, "u8", (M, K))
         dst = guarded(M * N, NP[dst_dt], where).reshape(M, N)
@@ -427,7 +428,8 @@ def test_guard_pages(isa_path, guarded, dst_dt, where, weights):
             wei = rng.integers(-20, 21, (K, N)).astype(np.int8)
             if K >= 2:
                 wei[2 * ((K - 2) // 2):][:2, N - 1] = 127
-        wmem = wei
+        wmem = guarded(K * N, np.int8, where).reshape(K, N)  # (runtime weights: read in place at 1-4 rows)
+        wmem[:] = wei
         if weights == "split":
             wmem = Memory(pd.weights_desc())
             reorder_desc(desc((K, N), "s8", "ab"), pd.weights_desc()).create().execute({"src": wei, "dst": wmem})
@@ -438,6 +440,8 @@ def test_guard_pages(isa_path, guarded, dst_dt, where, weights):
         want = model(src, wei, policy="exact", isa=isa_path, s_src=0.01, old=old, dst_dt=dst_dt,
                      post=[("sum", 0.5, 0), ("binary", "add", src1), ("binary", "mul", col)])
         np.testing.assert_array_equal(dst, want)
+        if weights == "uniform" and N == 2048:
+            assert prim.impl_info()["runtime_weights"].endswith("_partial")
         if weights == "split" and K >= 2 and not isa_path.endswith("vnni"):
             assert any("_cells_" in name for name in prim.impl_info()["kernels_run"])
 
