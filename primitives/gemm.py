@@ -31,7 +31,7 @@ from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, 
 from primitives.reference import op
 from runtime import isa as isa_mod
 from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, tuned_spec
-from primitives.gemv_driver import IN_PLACE_ROWS, ChunkedRows, GemvPlan, rows_alias, walks_in_chunks
+from primitives.gemv_driver import IN_PLACE_ROWS, ChunkedRows, GemvPlan, chunk_kernels, rows_alias, walks_in_chunks
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
 
@@ -287,6 +287,7 @@ class Gemm:
         self.float_mode = not (self.alpha == 1.0 and self.beta in (0.0, 1.0))
         self._kernels: dict = {}
         self._runtime_packers: dict = {}  # B given at execution, rows or columns: (VnniPacker, Choice)
+        self._runtime: Choice | None = None  # the decision for a B given at execution (see _runtime_choice)
         self._packed: PackedB | None = None
         self._choice: Choice | None = None
         self._empty = min(self.M, self.N, self.K) == 0
@@ -334,7 +335,7 @@ class Gemm:
             columns = b_kn.strides[-1] != 1
             kept = self._runtime_packers.get(columns)
             if kept is None:
-                choice = runtime_choice(self.isa, self.policy, self.N)
+                choice = self._runtime_choice()
                 kept = self._runtime_packers[columns] = (VnniPacker(self.K, self.N, choice.path, choice.nr,
                                                                     threads=self.threads, columns=columns), choice)
             packer, choice = kept
@@ -342,6 +343,13 @@ class Gemm:
             self._pending = packer
             return packer.packed, choice
         return pack_weights(b_kn, self.isa, self.policy, proof=proof, runtime=not proof)
+
+    def _runtime_choice(self) -> Choice:
+        """The decision for a B given at execution (:func:`runtime_choice`), made once: the
+        in-place reads ask it at every call (2 us)."""
+        if self._runtime is None:
+            self._runtime = runtime_choice(self.isa, self.policy, self.N)
+        return self._runtime
 
     def _check_b(self, B: np.ndarray) -> None:
         check_matrix("B", B, np.int8, self.K if self.transb == "N" else self.N,
@@ -351,7 +359,7 @@ class Gemm:
         """How B is read in place for a source zero point ``ao`` (made at the first call of
         its kind), or None where the path's kernels do not take this shape (AVX2: N or K in
         whole dwords; the rows the rows kernel holds)."""
-        path = runtime_choice(self.isa, self.policy, self.N).path  # (exact without VNNI: widened)
+        path = self._runtime_choice().path  # (exact without VNNI: widened)
         # (the column sums: a zero point's, and an s8 source's +128 where it is shifted)
         comp = ao != 0 or self.a_type == "s8" and shifts_s8(path)
         if comp in self._in_place_plans:
@@ -370,9 +378,7 @@ class Gemm:
             isa_mod.require_path(self.isa)
             s8, lda, ldc = self.a_type == "s8", self.lda if self.transa == "N" else self.K, 4 * self.ldc
             if chunked:
-                sums = [OutputSpec(col_comp=False), OutputSpec(col_comp=False, accumulate=True)]
-                kernels = tuple(gemv_kernel(path, s8, comp, spec, "rows", 1) for spec in sums) + \
-                    (gemv_kernel(path, s8, comp, output, "rows", 1, partial=True),)
+                kernels = chunk_kernels(path, s8, comp, output)
                 whole = -(-self.N // 64) * 64
                 plans = [(ChunkedRows(kernels, self.N, K, self.ldb, ldc, OutputArgs(col_comp=None), self.threads,
                                       np.zeros(whole, np.int32)), i * lda, i * ldc) for i in range(rows)]
@@ -440,7 +446,7 @@ class Gemm:
             gemv = self._in_place(ao)
             if gemv is not None and not np.may_share_memory(B, C):  # (else packed: a copy)
                 self._run_in_place(gemv, A, B, C, ao, bo, co)
-                self._last_choice = runtime_choice(self.isa, self.policy, self.N)  # (its path's, for impl_info)
+                self._last_choice = self._runtime_choice()  # (its path's, for impl_info)
                 return
         if B is not None:
             packed, choice = self._pack(B, proof=False)

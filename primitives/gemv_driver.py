@@ -152,6 +152,18 @@ class GemvPlan:
         self.calls.run()
 
 
+def chunk_kernels(path, s8_src: bool, comp: bool, output) -> tuple:
+    """The three rows kernels of one row walking K in chunks (:class:`ChunkedRows`): the
+    first chunk's s32 store, the middle chunks' s32 sum, the last chunk's ``output``
+    stage adding the partial sums."""
+    from jit.gemv_kernel import gemv_kernel
+    from jit.output import OutputSpec
+
+    sums = (OutputSpec(col_comp=False), OutputSpec(col_comp=False, accumulate=True))
+    return tuple(gemv_kernel(path, s8_src, comp, spec, "rows", 1) for spec in sums) + \
+        (gemv_kernel(path, s8_src, comp, output, "rows", 1, partial=True),)
+
+
 class ChunkedRows:
     """One row of A times weights given as K rows of N bytes, K in chunks of
     :data:`CHUNK_ROWS` (:func:`walks_in_chunks`), threads taking ranges of columns:
@@ -183,7 +195,7 @@ class ChunkedRows:
         final = GemvPlan(last, 1, N, rest, rest, ldw, ldc_bytes, dataclasses.replace(out, col_comp=partial),
                          threads, work=work)
         self.pieces.append((final, (n - 1) * ch, None))
-        self.partial, self.ldw = partial, ldw
+        self.ldw = ldw
         self.kernel, self.structs, self.chunks = last, final.structs, final.chunks
         self.calls = CallPlan.joined([plan.calls for plan, _, _ in self.pieces])
 

@@ -42,12 +42,12 @@ from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, 
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
-from jit.output import OutputSpec
 from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
 from jit.dot import widening_path
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, point, refresh, run
-from primitives.gemv_driver import ChunkedRows, GemvPlan, reads_in_place, runs_in_place, walks_in_chunks
+from primitives.gemv_driver import (ChunkedRows, GemvPlan, chunk_kernels, reads_in_place, runs_in_place,
+                                     walks_in_chunks)
 from primitives.checks import check_no_zero_dim
 from primitives.memory import Memory, MemoryDesc, desc, identity_tag, packed_desc
 from primitives import verbose
@@ -216,9 +216,8 @@ class _GemmBasedDesc(PrimitiveDesc):
             self._in_place_layout, self._in_place_rows, self._in_place_path = layout, rows, (path, comp)
             self._in_place_chunked = chunked
             self._in_place = self._gemv_for(self.output)
-            if chunked:
-                self._chunk_sums = tuple(gemv_kernel(path, self.src_s8, comp, spec, "rows", 1) for spec in
-                                         (OutputSpec(col_comp=False), OutputSpec(col_comp=False, accumulate=True)))
+            if chunked:  # (the first two: the last is _in_place's, per output stage)
+                self._chunk_sums = chunk_kernels(path, self.src_s8, comp, self.output)[:2]
         else:  # (an in-place primitive runs no GEMM kernel: impl_info makes the one it names)
             for choice in choices:
                 self._kernel_for(choice)

@@ -277,9 +277,8 @@ def _gemv(args, isa: str):
     descriptor: it would need the ISA on this CPU; the kernel is generated, not run)."""
     from jit.dot import fast_path, widening_path
     from jit.gemv_kernel import gemv_kernel, shifts_s8
-    from jit.output import OutputSpec
     from primitives.attr import Attr, PostOps
-    from primitives.gemv_driver import CHUNK_ROWS
+    from primitives.gemv_driver import CHUNK_ROWS, chunk_kernels
     from primitives.memory import desc
     from primitives.pipeline import output_plan
 
@@ -297,8 +296,7 @@ def _gemv(args, isa: str):
     if args.chunks:
         output = output_plan(attr, desc((1, 4096), args.dst, "ab"), desc((4096,), "f32", "a") if args.fused else None,
                              None, col_comp=s8).spec
-        specs = (OutputSpec(col_comp=False), OutputSpec(col_comp=False, accumulate=True), output)
-        kernels = [gemv_kernel(path, s8, comp, spec, "rows", 1, partial=i == 2) for i, spec in enumerate(specs)]
+        kernels = chunk_kernels(path, s8, comp, output)
         return [f"matmul 1x4096 by 4096x4096 (ab), {args.a_type} -> {args.dst}, weights read in place, K in "
                 f"chunks of {CHUNK_ROWS} rows: the first chunk's s32 sums, the next ones added, the last through "
                 "the output stage"] + [f"  {k.meta['gemv'].name}" for k in kernels], kernels
