@@ -403,6 +403,8 @@ class Gemm:
             gemv.point(a, B, C, ao, (a_at, 0), c_at)
         plan.calls.run()
         self._last_in_place = plan.name
+        if not bo and (co is None or not co.any()):  # (the one-off calls' co of zeros: nothing to add)
+            return
         fix = np.zeros((M, 1), np.int64)
         if bo:
             fix[:, 0] -= bo * (op(a, "N", M, K, lda).astype(np.int64).sum(axis=1) - K * ao)
