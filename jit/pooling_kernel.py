@@ -1,15 +1,18 @@
 """The int8 pooling kernel template (forward inference, NHWC, one PeachPy generator).
 
 A kernel call computes a chunk of consecutive output rows ``(n, oh)`` of an NHWC
-tensor, with the whole loop nest in the generated code::
+tensor (``(n, od, oh)`` of an NDHWC one: ``d3``), with the whole loop nest in the
+generated code::
 
-    for each output row of the chunk:                  (n, oh), the image advances itself
+    for each output row of the chunk:                  (n, [od,] oh), the image advances itself
         h0, h1 = clamp(oh*SH - pad_t, 0, IH), clamp(oh*SH - pad_t + KH, 0, IH)
+        [d0, d1 = the same along D, from od]
         for each output pixel ow:
             w0, w1 = the same along W
-            divisor = KH*KW (avg_include_padding) or (h1-h0)*(w1-w0) (avg_exclude_padding)
+            divisor = [KD*]KH*KW (avg_include_padding) or [(d1-d0)*](h1-h0)*(w1-w0) (exclude)
             for each channel block (big blocks, then small blocks, then the tail):
                 acc = identity                          max: 0 (u8) / -128 (s8); avg: 0 (s32)
+                [for d in d0..d1-1:]
                 for h in h0..h1-1: for w in w0..w1-1:   only valid input: padding never read
                     max: acc = VPMAXUB/VPMAXSB(acc, src[h][w][block])
                     avg: acc += VPMOVZXBD/VPMOVSXBD(src[h][w][block])
@@ -60,14 +63,19 @@ struct i8j_pool_args {
     int64_t n_big; int64_t n_small; int64_t tail;   /* channel blocks; tail in channels */
     uint64_t tail_mask;   /* AVX-512: lanes of the tail piece */
     int64_t tail_dst_bytes;
-    float divisor;        /* avg_include_padding: KH*KW */
+    float divisor;        /* avg_include_padding: KH*KW (KD*KH*KW) */
+    /* 3-D windows (d3 kernels only; a 2-D kernel reads none of these) */
+    int64_t od;           /* od of the chunk's first row */
+    int64_t id_start;     /* od*SD - pad_f of the chunk's first row */
+    int64_t OD; int64_t ID; int64_t KD; int64_t SD; int64_t pad_f;
+    int64_t plane_bytes;  /* IH*IW*C*sizeof(src): one depth slice */
 };
 """
 SIGNATURE = "void (*)(struct i8j_pool_args *)"
 FIELDS = (
     "src", "dst", "rows", "oh", "ih_start", "OH", "OW", "IH", "IW", "KH", "KW", "SH", "SW",
     "pad_t", "pad_l", "row_bytes", "pix_bytes", "img_bytes", "n_big", "n_small", "tail",
-    "tail_mask", "tail_dst_bytes", "divisor",
+    "tail_mask", "tail_dst_bytes", "divisor", "od", "id_start", "OD", "ID", "KD", "SD", "pad_f", "plane_bytes",
 )
 ALGS = ("max", "avg_include_padding", "avg_exclude_padding")
 SRC_TYPES = ("u8", "s8")
@@ -91,6 +99,9 @@ class PoolKernelSpec:
     # stay below 65536, read as unsigned; s8: S16_WINDOW["s8"] within [-32768, 32767]),
     # so a piece is 32 channels: half the widening loads and adds of s32 sums.
     s16_sums: bool = False
+    # 3-D windows (NDHWC): a depth loop around the window rows, rows (n, od, oh); 2-D
+    # kernels carry none of its code.
+    d3: bool = False
 
     def __post_init__(self):
         for name, value in (("kw", self.kw), ("kh", self.kh)):
@@ -135,7 +146,8 @@ class PoolKernelSpec:
     def name(self) -> str:
         kw = (f"_kh{self.kh}" if self.kh else "") + (f"_kw{self.kw}" if self.kw else "")
         sums = "_s16" if self.s16_sums else ""
-        return f"pool_{self.alg}_{self.src_dt}{self.dst_dt}{kw}{sums}_{self.isa}"
+        d3 = "_3d" if self.d3 else ""
+        return f"pool_{self.alg}_{self.src_dt}{self.dst_dt}{d3}{kw}{sums}_{self.isa}"
 
     def blocks(self, channels: int) -> tuple[int, int, int]:
         """(big blocks, small blocks, tail channels) for ``channels`` channels."""
@@ -165,7 +177,7 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     from jit import asm
     from jit.asm import (ADD, CMOVL, CMOVNS, CMP, DEC, IMUL, INC, JE, JNE, JNZ, JZ, LABEL, LEA, MOV,
                          NEG, SUB, TEST, XOR, Label, rax, rbp, rbx, rcx, rdi, rdx, rsi, r8, r9, r10,
-                         r11, r12, r13, r14)
+                         r11, r12, r13, r14, r15)
     from peachpy.x86_64.registers import rsp
 
     path = spec.path
@@ -190,10 +202,14 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     # pointer, in the ABI's red zone (this leaf calls nothing), not in the argument
     # struct: the struct stays as the driver wrote it, so a call needs no reset and
     # concurrent calls may share one.
-    S = {field: [rsp - 8 * (i + 1)] for i, field in enumerate(("src", "oh", "ih_start", "rows"))}
-    for field, slot in S.items():
+    d3 = spec.d3
+    # (3-D: od and id_start as well, and per output row the window's depth slices and
+    # the step from the end of its last row in one slice to its first row in the next)
+    state = ("src", "oh", "ih_start", "rows") + (("od", "id_start", "depth", "plane_step") if d3 else ())
+    S = {field: [rsp - 8 * (i + 1)] for i, field in enumerate(state)}
+    for field in state[:6]:
         MOV(rax, A(field))
-        MOV(slot, rax)
+        MOV(S[field], rax)
     if spec.is_max and signed:
         MOV(rax.as_dword, 0x80808080)
         asm.VMOVD(vinit.as_xmm, rax.as_dword)
@@ -326,21 +342,31 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
         """One channel block at rbp (src) and rdx (dst): window loops and the store."""
         init(n)
         h_loop, w_loop, window_done = Label(), Label(), Label()
+        if d3:  # the window's depth slices (r15 of them), each a 2-D window from rcx
+            depth_loop, slice_done = Label(), Label()
+            MOV(rcx, rbp)
+            MOV(r15, S["depth"])
+            LABEL(depth_loop)
         if spec.kh:  # the whole window inside the input: straight-line code
             generic = Label()
             CMP(rbx, spec.kw)
             JNE(generic)
             CMP(r11, spec.kh)
             JNE(generic)
-            MOV(r8, rbp)
+            MOV(r8, rcx if d3 else rbp)
             for row in range(spec.kh):
                 if row:
                     ADD(r8, A("row_bytes"))
                 for column in range(spec.kw):
                     combine(n, width, masked, column)
-            asm.JMP(window_done)
+            if d3:
+                ADD(rcx, A("plane_bytes"))
+                asm.JMP(slice_done)
+            else:
+                asm.JMP(window_done)
             LABEL(generic)
-        MOV(rcx, rbp)
+        if not d3:
+            MOV(rcx, rbp)
         MOV(rsi, r11)
         LABEL(h_loop)
         MOV(r8, rcx)
@@ -363,6 +389,11 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
         ADD(rcx, A("row_bytes"))
         DEC(rsi)
         JNZ(h_loop)
+        if d3:
+            ADD(rcx, S["plane_step"])
+            LABEL(slice_done)
+            DEC(r15)
+            JNZ(depth_loop)
         LABEL(window_done)
         finish(n, width, masked)
 
@@ -394,6 +425,24 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     IMUL(rcx, A("row_bytes"))
     MOV(r12, S["src"])
     ADD(r12, rcx)                    # first valid window row of this output row
+    if d3:
+        MOV(rax, S["id_start"])
+        XOR(rcx.as_dword, rcx.as_dword)
+        TEST(rax, rax)
+        CMOVNS(rcx, rax)             # d0
+        ADD(rax, A("KD"))
+        MOV(rsi, A("ID"))
+        CMP(rax, rsi)
+        CMOVL(rsi, rax)              # d1
+        SUB(rsi, rcx)                # valid depth slices (>= 1, checked by the driver)
+        MOV(S["depth"], rsi)
+        IMUL(rcx, A("plane_bytes"))
+        ADD(r12, rcx)                # ... in the first valid slice
+        MOV(rax, r11)
+        IMUL(rax, A("row_bytes"))
+        NEG(rax)
+        ADD(rax, A("plane_bytes"))
+        MOV(S["plane_step"], rax)    # after a slice's rows: to the next slice's first
     MOV(r13, A("OW"))
     MOV(r14, A("pad_l"))
     NEG(r14)                         # iw_start of ow = 0
@@ -413,6 +462,8 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     if spec.alg == "avg_exclude_padding":
         MOV(rax, r11)
         IMUL(rax, rbx)
+        if d3:
+            IMUL(rax, S["depth"])
         asm.VCVTSI2SS(vdiv.as_xmm, vdiv.as_xmm, rax)
         asm.VBROADCASTSS(vdiv, vdiv.as_xmm)
 
@@ -450,8 +501,25 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     XOR(rax.as_dword, rax.as_dword)
     MOV(rcx, A("pad_t"))
     NEG(rcx)
-    MOV(rbx, A("img_bytes"))
-    ADD(S["src"], rbx)
+    if d3:  # the next output slice: od + 1, or the next image
+        same_volume = Label()
+        MOV(r8, S["od"])
+        INC(r8)
+        MOV(r9, S["id_start"])
+        ADD(r9, A("SD"))
+        CMP(r8, A("OD"))
+        JNE(same_volume)
+        XOR(r8.as_dword, r8.as_dword)
+        MOV(r9, A("pad_f"))
+        NEG(r9)
+        MOV(rbx, A("img_bytes"))
+        ADD(S["src"], rbx)
+        LABEL(same_volume)
+        MOV(S["od"], r8)
+        MOV(S["id_start"], r9)
+    else:
+        MOV(rbx, A("img_bytes"))
+        ADD(S["src"], rbx)
     LABEL(same_image)
     MOV(S["oh"], rax)
     MOV(S["ih_start"], rcx)

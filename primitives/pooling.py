@@ -1,10 +1,10 @@
-"""Int8 pooling, forward inference: max and average over 1-D or 2-D windows.
+"""Int8 pooling, forward inference: max and average over 1-D, 2-D or 3-D windows.
 
 Semantics (``primitives.pooling_ref`` is the bit-exact numpy model):
 
 * ``max``: the largest source value of the window, directly on u8/s8 (VPMAXUB /
   VPMAXSB); padding is -inf, i.e. ignored. dst type = src type.
-* ``avg_include_padding``: ``sum / (KH*KW)``; ``avg_exclude_padding``:
+* ``avg_include_padding``: ``sum / (KD*KH*KW)``; ``avg_exclude_padding``:
   ``sum / (number of valid input positions in the window)``. The sum is exact s32, the
   division is f32 (``f32(sum) / f32(divisor)``, one IEEE rounding), the result rounds to
   nearest even (VCVTPS2DQ) and saturates to the destination: dst u8/s8 = src type, or
@@ -14,17 +14,22 @@ Every output window must overlap the input (``padding_l < kernel`` and the last 
 must start inside the input): a window made only of padding has no maximum and no
 exclude-padding divisor, so such a descriptor is rejected.
 
-Layouts: NHWC / NWC (``acdb`` / ``acb``) run the kernel directly: channels are the
-vector dimension, with masked (AVX-512) or exact-width (AVX2) tails. NCHW / NCW
-(``abcd`` / ``abc``) run the same kernel through the driver: with fewer than
+Layouts: NDHWC / NHWC / NWC (``acdeb`` / ``acdb`` / ``acb``) run the kernel directly:
+channels are the vector dimension, with masked (AVX-512) or exact-width (AVX2) tails.
+NCDHW / NCHW / NCW (``abcde`` / ``abcd`` / ``abc``) run the same kernel through the
+driver: with fewer than
 ``NCHW_TRANSPOSE_MIN_C`` channels the tensor is read as ``N*C`` images of one channel
 (no copy, no vectorisation over channels); otherwise the driver transposes the source to
 NHWC, pools, and transposes the result into dst (two copies). src and dst share a layout.
 
-Threads: the ``N*OH`` output rows are split into one chunk per thread, one kernel call
-per chunk; the kernel holds the whole loop nest of its chunk. Kernels are cached by
-(ISA, algorithm, source type, destination type, and window sizes of 2 or 3, which are
-unrolled) only: every size is a run-time value.
+3-D windows run a kernel with a depth loop around the window rows (``d3``), whose rows
+are ``(n, od, oh)``; a window one slice deep with stride 1 and no depth padding is a 2-D
+problem of ``N*D`` images, run by the 2-D kernel.
+
+Threads: the ``N*OH`` (``N*OD*OH``) output rows are split into one chunk per thread, one
+kernel call per chunk; the kernel holds the whole loop nest of its chunk. Kernels are
+cached by (ISA, algorithm, source type, destination type, 2-D or 3-D, and window sizes
+of 2 or 3, which are unrolled) only: every size is a run-time value.
 
 Example::
 
@@ -63,8 +68,8 @@ _ALG_ALIASES = {
 }
 SRC = "src"
 DST = "dst"
-CHANNELS_LAST = {3: "acb", 4: "acdb"}
-CHANNELS_FIRST = {3: "abc", 4: "abcd"}
+CHANNELS_LAST = {3: "acb", 4: "acdb", 5: "acdeb"}
+CHANNELS_FIRST = {3: "abc", 4: "abcd", 5: "abcde"}
 NCHW_TRANSPOSE_MIN_C = 8
 _MIN_BYTES_PER_THREAD = 64 * 1024  # output+input bytes below which one more thread costs more than it gives
 
@@ -116,28 +121,44 @@ def _check_attr(attr) -> None:
 
 @dataclass(frozen=True)
 class _Geometry:
+    """Every problem in 3-D form: 1-D and 2-D have depth 1 (and height 1), and a 3-D
+    window of one slice, stride 1 and no depth padding is folded into the batch."""
+
     n: int
     c: int
+    id: int
     ih: int
     iw: int
+    od: int
     oh: int
     ow: int
+    kd: int
     kh: int
     kw: int
+    sd: int
     sh: int
     sw: int
+    pf: int
     pt: int
     pl: int
 
+    @property
+    def d3(self) -> bool:
+        """Whether the kernel needs its depth loop."""
+        return (self.kd, self.sd, self.pf, self.id) != (1, 1, 0, 1)
 
-def kernel_spec(isa: str, alg: str, src_dt: str, dst_dt: str, kh: int, kw: int) -> PoolKernelSpec:
-    """The kernel a ``kh`` x ``kw`` window gets on ``isa``: window rows of 2 or 3 unrolled
-    (whole windows too where the height is 2 or 3 as well), and s16 sums for averages of
-    windows small enough on AVX-512 (``jit.pooling_kernel.S16_WINDOW``)."""
+
+def kernel_spec(isa: str, alg: str, src_dt: str, dst_dt: str, kh: int, kw: int,
+                kd: int | None = None) -> PoolKernelSpec:
+    """The kernel a ``kh`` x ``kw`` window (``kd`` slices deep: a 3-D kernel) gets on
+    ``isa``: window rows of 2 or 3 unrolled (whole slices of windows too where the height
+    is 2 or 3 as well), and s16 sums for averages of windows small enough on AVX-512
+    (``jit.pooling_kernel.S16_WINDOW``)."""
     unrolled_w = kw if kw in UNROLLED else 0
     unrolled_h = kh if unrolled_w and kh in UNROLLED else 0
-    s16 = alg != "max" and fast_path(isa).bits == 512 and kh * kw <= S16_WINDOW[src_dt]
-    return PoolKernelSpec(isa, alg, src_dt, dst_dt, kw=unrolled_w, kh=unrolled_h, s16_sums=s16)
+    pixels = kh * kw * (kd or 1)
+    s16 = alg != "max" and fast_path(isa).bits == 512 and pixels <= S16_WINDOW[src_dt]
+    return PoolKernelSpec(isa, alg, src_dt, dst_dt, kw=unrolled_w, kh=unrolled_h, s16_sums=s16, d3=kd is not None)
 
 
 def pooled_dims(spatial, kernel, strides, padding_l, padding_r) -> tuple[int, ...]:
@@ -147,7 +168,7 @@ def pooled_dims(spatial, kernel, strides, padding_l, padding_r) -> tuple[int, ..
     >>> pooled_dims((112, 112), (3, 3), (2, 2), (1, 1), (1, 1))
     (56, 56)
     """
-    names = ("H", "W")[-len(spatial):]
+    names = ("D", "H", "W")[-len(spatial):]
     outs = []
     for d, (i, k, s, pl, pr) in enumerate(zip(spatial, kernel, strides, padding_l, padding_r)):
         if k > i + pl + pr:
@@ -169,8 +190,9 @@ class PoolingDesc(PrimitiveDesc):
     padding_l, padding_r, attr=None, isa=None)``; ``.create()`` gives the primitive.
 
     ``src_desc``/``dst_desc``: :class:`primitives.memory.MemoryDesc` (or ``(dims, dt, tag)``)
-    with logical dims ``(N, C, W)`` or ``(N, C, H, W)`` and tags ``nwc``/``nhwc`` or
-    ``ncw``/``nchw``; dst's tag may be ``any`` (it then follows src). ``strides``,
+    with logical dims ``(N, C, W)``, ``(N, C, H, W)`` or ``(N, C, D, H, W)`` and tags
+    ``nwc``/``nhwc``/``ndhwc`` or ``ncw``/``nchw``/``ncdhw``; dst's tag may be ``any``
+    (it then follows src). ``strides``,
     ``kernel``, ``padding_l``, ``padding_r``: one integer per spatial dimension (or one
     integer for all). ``isa``: a cap on the ISA ladder (default: the process's).
     """
@@ -184,14 +206,15 @@ class PoolingDesc(PrimitiveDesc):
         self.alg = check_alg(alg)
         src = _as_desc("src_desc", src_desc)
         dst = _as_desc("dst_desc", dst_desc)
-        if src.ndims not in (3, 4):
-            raise ValueError(f"src_desc: expected 3 (N, C, W) or 4 (N, C, H, W) dims, got {src.dims}; "
-                             "3-D pooling (5-D tensors) is not implemented")
+        if src.ndims not in (3, 4, 5):
+            raise ValueError(f"src_desc: expected 3 (N, C, W), 4 (N, C, H, W) or 5 (N, C, D, H, W) dims, "
+                             f"got {src.dims}")
         if src.dt not in ("u8", "s8"):
             raise ValueError(f"src_desc: data type must be u8 or s8, got {src.dt!r}")
         nd = src.ndims - 2
         if src.tag == "any":
-            raise ValueError("src_desc: tag 'any' is not accepted for a source; use nhwc/nchw (nwc/ncw)")
+            raise ValueError("src_desc: tag 'any' is not accepted for a source; use nhwc/nchw (nwc/ncw, "
+                             "ndhwc/ncdhw)")
         if src.tag not in (CHANNELS_LAST[src.ndims], CHANNELS_FIRST[src.ndims]):
             raise ValueError(f"src_desc: tag {src.tag!r} is not supported; expected "
                              f"{CHANNELS_LAST[src.ndims]!r} (channels last) or {CHANNELS_FIRST[src.ndims]!r}")
@@ -221,12 +244,17 @@ class PoolingDesc(PrimitiveDesc):
         self._set_desc(DST, dst)
         self.kernel, self.strides, self.padding_l, self.padding_r = kernel, strides, padding_l, padding_r
         self.channels_last = src.tag == CHANNELS_LAST[src.ndims]
-        h = (1,) if nd == 1 else ()  # 1-D: a 2-D problem of height 1
-        self._geo = _Geometry(
-            n=src.dims[0], c=src.dims[1], ih=(h + spatial)[0], iw=spatial[-1], oh=(h + outs)[0],
-            ow=outs[-1], kh=(h + kernel)[0], kw=kernel[-1], sh=(h + strides)[0], sw=strides[-1],
-            pt=padding_l[0] if nd == 2 else 0, pl=padding_l[-1])
-        self.spec = kernel_spec(self.isa, self.alg, src.dt, dst.dt, self._geo.kh, self._geo.kw)
+        def dhw(values, fill):  # (D, H, W): 1-D and 2-D problems are one slice (one row) deep
+            return (fill,) * (3 - nd) + tuple(values)
+
+        (i_d, ih, iw), (od, oh, ow), (kd, kh, kw) = dhw(spatial, 1), dhw(outs, 1), dhw(kernel, 1)
+        (sd, sh, sw), (pf, pt, pl) = dhw(strides, 1), dhw(padding_l, 0)
+        n = src.dims[0]
+        if (kd, sd, pf) == (1, 1, 0):  # each output slice pools one input slice: N*D 2-D images
+            n, i_d, od = n * i_d, 1, 1
+        self._geo = _Geometry(n=n, c=src.dims[1], id=i_d, ih=ih, iw=iw, od=od, oh=oh, ow=ow, kd=kd, kh=kh, kw=kw,
+                              sd=sd, sh=sh, sw=sw, pf=pf, pt=pt, pl=pl)
+        self.spec = kernel_spec(self.isa, self.alg, src.dt, dst.dt, kh, kw, kd if self._geo.d3 else None)
         if src.size == 0:
             self.set_empty({SRC: src, DST: dst}, f"zero volume: dst {dst.dims} has no elements, so nothing is written")
         else:
@@ -317,23 +345,27 @@ class Pooling(Primitive):
         spec, pd = self.pd.spec, self.pd
         dsz = self._dst_md.itemsize
         big, small, tail = spec.blocks(g.c)
-        rows = g.n * g.oh
+        rows = g.n * g.od * g.oh
         work = self._src_md.nbytes + self._dst_md.nbytes
         threads = max(1, min(pd.threads, work // _MIN_BYTES_PER_THREAD))
-        img_bytes = g.ih * g.iw * g.c
+        plane_bytes = g.ih * g.iw * g.c
+        img_bytes = g.id * plane_bytes
         row_out = g.ow * g.c * dsz
         chunks = []
         for begin, end in split(rows, threads):
             s = ffi.new("struct i8j_pool_args *")
-            n0, oh0 = divmod(begin, g.oh)
+            n0, rest = divmod(begin, g.od * g.oh)
+            od0, oh0 = divmod(rest, g.oh)
             s.rows, s.oh, s.ih_start = end - begin, oh0, oh0 * g.sh - g.pt
+            s.od, s.id_start = od0, od0 * g.sd - g.pf
+            s.OD, s.ID, s.KD, s.SD, s.pad_f, s.plane_bytes = g.od, g.id, g.kd, g.sd, g.pf, plane_bytes
             s.OH, s.OW, s.IH, s.IW = g.oh, g.ow, g.ih, g.iw
             s.KH, s.KW, s.SH, s.SW = g.kh, g.kw, g.sh, g.sw
             s.pad_t, s.pad_l = g.pt, g.pl
             s.row_bytes, s.pix_bytes, s.img_bytes = g.iw * g.c, g.c, img_bytes
             s.n_big, s.n_small, s.tail = big, small, tail
             s.tail_mask, s.tail_dst_bytes = (1 << tail) - 1, tail * dsz
-            s.divisor = float(g.kh * g.kw)
+            s.divisor = float(g.kd * g.kh * g.kw)
             chunks.append((bytes(ffi.buffer(s)), n0 * img_bytes, begin * row_out))
         return chunks
 
@@ -409,30 +441,34 @@ def pool2d(x: np.ndarray, kernel, stride=None, padding=0, alg: str = "max", layo
 
 def bench_case(n: int = 1, c: int = 64, h: int = 112, w: int = 112, kernel: int = 3, stride: int = 2,
                padding: int = 1, alg: str = "max", src_dt: str = "u8", isa: str | None = None, threads: int = 1,
-               seed: int = 0):
+               seed: int = 0, d: int | None = None):
     """A ready-to-time pooling for a benchmark driver: ``(run, bytes_moved, numpy_run)``.
 
-    ``run()`` executes the int8jit primitive once on NHWC data; ``numpy_run()`` computes
-    the same result with numpy (``primitives.pooling_ref``); ``bytes_moved`` = src + dst bytes.
+    ``run()`` executes the int8jit primitive once on NHWC data (NDHWC with a depth ``d``:
+    cubic windows); ``numpy_run()`` computes the same result with numpy
+    (``primitives.pooling_ref``); ``bytes_moved`` = src + dst bytes.
     """
     from primitives.pooling_ref import pooling_ref
 
     rng = np.random.default_rng(seed)
     dtype = np.uint8 if src_dt == "u8" else np.int8
     info = np.iinfo(dtype)
-    x = rng.integers(info.min, info.max + 1, (n, h, w, c), dtype=dtype)
-    oh, ow = (h + 2 * padding - kernel) // stride + 1, (w + 2 * padding - kernel) // stride + 1
-    pd = PoolingDesc(alg, desc((n, c, h, w), src_dt, "nhwc"), desc((n, c, oh, ow), src_dt, "nhwc"), stride, kernel,
+    spatial = (h, w) if d is None else (d, h, w)
+    nd = len(spatial)
+    x = rng.integers(info.min, info.max + 1, (n,) + spatial + (c,), dtype=dtype)
+    outs = tuple((i + 2 * padding - kernel) // stride + 1 for i in spatial)
+    tag = CHANNELS_LAST[nd + 2]
+    pd = PoolingDesc(alg, desc((n, c) + spatial, src_dt, tag), desc((n, c) + outs, src_dt, tag), stride, kernel,
                      padding, padding, isa=isa, threads=threads)
     prim = pd.create()
-    y = np.empty((n, oh, ow, c), dtype)
+    y = np.empty((n,) + outs + (c,), dtype)
     args = {SRC: x, DST: y}
 
     def run():
         prim.execute(args)
 
     def numpy_run():
-        return pooling_ref(x, alg, (kernel, kernel), (stride, stride), (padding, padding), (padding, padding))
+        return pooling_ref(x, alg, (kernel,) * nd, (stride,) * nd, (padding,) * nd, (padding,) * nd)
 
     return run, x.nbytes + y.nbytes, numpy_run
 

@@ -1,8 +1,9 @@
 """Int8 pooling: bit-exact against primitives.pooling_ref on every executable ISA path.
 
 Hypothesis draws shapes (channels 1..130, so every tail width of both vector sizes
-and the big/small channel blocks; spatial 1..20; kernels 1..5; strides 1..3; asymmetric
-padding), both layouts, u8/s8 and every algorithm and destination type. Hand-made cases
+and the big/small channel blocks; 1-D, 2-D and 3-D; spatial 1..20 (3-D: 1..7); kernels
+1..5 (3-D: 1..3); strides 1..3; asymmetric padding), both layouts, u8/s8 and every
+algorithm and destination type. Hand-made cases
 pin the documented rounding (ties to even) and the padding rules independently of the
 reference; guard pages prove no byte outside src or dst is touched; bad input raises
 before any kernel runs. Nothing here is timed.
@@ -34,7 +35,7 @@ def run_case(isa, dt, alg, layout, n, c, spatial, kernel, strides, pl, pr, dst_d
     """Pool random data with the primitive and the reference; return both (layout order)."""
     rng = np.random.default_rng(seed)
     nd = len(spatial)
-    last = layout in ("nhwc", "nwc")
+    last = layout in ("nhwc", "nwc", "ndhwc")
     x_last = random_src(rng, (n,) + tuple(spatial) + (c,), dt)
     outs = tuple(out_size(spatial[d], kernel[d], strides[d], pl[d], pr[d]) for d in range(nd))
     want = pooling_ref(x_last, alg, kernel, strides, pl, pr, dst_dt)
@@ -56,11 +57,11 @@ def valid_geometry(i, k, s, pl, pr):
 
 @st.composite
 def cases(draw):
-    nd = draw(st.sampled_from((2, 2, 2, 1)))
+    nd = draw(st.sampled_from((2, 2, 2, 1, 3, 3)))
     spatial, kernel, strides, pl, pr = [], [], [], [], []
     for _ in range(nd):
-        i = draw(st.integers(1, 20))
-        k = draw(st.integers(1, 5))
+        i = draw(st.integers(1, 20 if nd < 3 else 7))
+        k = draw(st.integers(1, 5 if nd < 3 else 3))
         s = draw(st.integers(1, 3))
         a = draw(st.integers(0, k - 1))
         b = draw(st.integers(0, k - 1))
@@ -69,7 +70,7 @@ def cases(draw):
     alg = draw(st.sampled_from(ALGS))
     dt = draw(st.sampled_from(("u8", "s8")))
     dst_dt = None if alg == "max" else draw(st.sampled_from((None, None, "s32", "f32")))
-    layout = draw(st.sampled_from(("nhwc", "nchw") if nd == 2 else ("nwc", "ncw")))
+    layout = draw(st.sampled_from({1: ("nwc", "ncw"), 2: ("nhwc", "nchw"), 3: ("ndhwc", "ncdhw")}[nd]))
     c = draw(st.one_of(st.integers(1, 130), st.sampled_from((1, 3, 8, 16, 31, 64, 65, 129))))
     n = draw(st.integers(1, 2))
     return dict(dt=dt, alg=alg, layout=layout, n=n, c=c, spatial=tuple(spatial), kernel=tuple(kernel),
@@ -133,6 +134,45 @@ def test_padding_rules(isa_path):
     assert inc.tolist() == [[40, 60, 40], [60, 90, 60], [40, 60, 40]]
 
 
+@pytest.mark.parametrize("alg", ALGS)
+@pytest.mark.parametrize("layout", ("ndhwc", "ncdhw"))
+def test_3d_windows(isa_path, alg, layout):
+    """3-D windows, deterministically: depth padding on both sides, depth strides, the
+    unrolled 3x3 slices and the run-time loops, channel tails of both vector sizes."""
+    cases = [((5, 6, 7), (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1)),
+             ((4, 5, 5), (2, 3, 2), (1, 2, 1), (1, 0, 1), (0, 2, 0)),
+             ((7, 3, 4), (3, 1, 2), (3, 1, 1), (2, 0, 0), (2, 0, 1)),
+             ((3, 4, 4), (1, 2, 2), (2, 2, 2), (0, 0, 0), (0, 0, 0))]   # one slice deep, stride 2
+    for i, (spatial, kernel, strides, pl, pr) in enumerate(cases):
+        for c in (5, 64, 70):
+            dst_dt = None if alg == "max" else (None, "s32", "f32")[i % 3]
+            got, want = run_case(isa_path, "s8" if c % 2 else "u8", alg, layout, 2, c, spatial, kernel, strides,
+                                 pl, pr, dst_dt, seed=c + i)
+            np.testing.assert_array_equal(got, want, err_msg=f"{spatial} {kernel} {strides} {pl} {pr} C={c}")
+
+
+def test_3d_kernel_choice():
+    """A 3-D window runs the depth loop's kernel; one slice deep, stride 1 and no depth
+    padding is the 2-D kernel over N*D images (the same kernel object)."""
+    def pd(src, dst, strides, kernel, pad):
+        return PoolingDesc("avg_include_padding", desc(src, "u8", "ndhwc"), desc(dst, "u8", "ndhwc"), strides,
+                           kernel, pad, pad)
+
+    deep = pd((1, 8, 4, 6, 6), (1, 8, 2, 3, 3), 2, 2, 0)
+    assert deep.spec.d3 and "_3d_" in deep.impl_info()["kernel"]
+    flat = pd((2, 8, 4, 6, 6), (2, 8, 4, 3, 3), (1, 2, 2), (1, 3, 3), (0, 1, 1))
+    two_d = PoolingDesc("avg_include_padding", desc((8, 8, 6, 6), "u8", "nhwc"), desc((8, 8, 3, 3), "u8", "nhwc"),
+                        2, 3, 1, 1)
+    assert not flat.spec.d3 and flat.create().kernel is two_d.create().kernel
+    got = Memory(flat.dst_desc())
+    x = np.random.default_rng(0).integers(0, 256, (2, 4, 6, 6, 8), dtype=np.uint8)
+    flat.create().execute({"src": x, "dst": got})
+    np.testing.assert_array_equal(got.array, pooling_ref(x, "avg_include_padding", (1, 3, 3), (1, 2, 2),
+                                                         (0, 1, 1), (0, 1, 1)))
+    strided = pd((1, 8, 5, 6, 6), (1, 8, 3, 3, 3), (2, 2, 2), (1, 2, 2), 0)  # slices skipped: the depth loop
+    assert strided.spec.d3
+
+
 def test_kernels_cached_by_structure():
     """Different sizes reuse one kernel: the key holds no size, only an unrolled 2 or 3 window."""
     def pd(src, dst, strides, kernel):
@@ -153,6 +193,11 @@ def test_threads_agree(isa_path):
                      (1, 1), threads=t, seed=5)[0] for t in (1, 2, 3, 7)]
     for o in outs[1:]:
         np.testing.assert_array_equal(outs[0], o)
+    # 3-D: chunks that start inside an image's output slices (od, oh) and cross images
+    for t in (2, 3, 7):
+        got, want = run_case(isa_path, "u8", "avg_exclude_padding", "ndhwc", 2, 19, (5, 4, 6), (3, 2, 3),
+                             (2, 1, 2), (1, 1, 1), (1, 0, 1), threads=t, seed=t)
+        np.testing.assert_array_equal(got, want, err_msg=f"threads={t}")
 
 
 @pytest.mark.parametrize("c", (NCHW_TRANSPOSE_MIN_C - 1, NCHW_TRANSPOSE_MIN_C))
@@ -165,14 +210,16 @@ def test_nchw_routes(c):
 
 @pytest.mark.parametrize("alg", ALGS)
 @pytest.mark.parametrize("c", (1, 13, 64, 70))
-def test_guard_pages(isa_path, guarded, alg, c):
+@pytest.mark.parametrize("spatial", ((7, 5), (4, 7, 5)))
+def test_guard_pages(isa_path, guarded, alg, c, spatial):
     """src and dst flush against PROT_NONE pages, after and before: no stray access."""
     rng = np.random.default_rng(c)
-    n, h, w, k, s, p = 2, 7, 5, 3, 2, 1
-    oh, ow = out_size(h, k, s, p, p), out_size(w, k, s, p, p)
-    x = random_src(rng, (n, h, w, c), "s8")
-    want = pooling_ref(x, alg, (k, k), (s, s), (p, p), (p, p))
-    pd = pooling_desc(alg, desc((n, c, h, w), "s8", "nhwc"), desc((n, c, oh, ow), "s8", "nhwc"), s, k, p, p,
+    n, k, s, p, nd = 2, 3, 2, 1, len(spatial)
+    outs = tuple(out_size(i, k, s, p, p) for i in spatial)
+    x = random_src(rng, (n,) + spatial + (c,), "s8")
+    want = pooling_ref(x, alg, (k,) * nd, (s,) * nd, (p,) * nd, (p,) * nd)
+    tag = "nhwc" if nd == 2 else "ndhwc"
+    pd = pooling_desc(alg, desc((n, c) + spatial, "s8", tag), desc((n, c) + outs, "s8", tag), s, k, p, p,
                       isa=isa_path, threads=1)
     prim = pd.create()
     for where in ("end", "start"):
@@ -205,6 +252,23 @@ def test_avg_sums_at_the_s16_limit(isa_path, dt, fill, dst_dt):
         assert pd.spec.s16_sums is (wide and k == S16_WINDOW[dt])
 
 
+@pytest.mark.parametrize("dt,fill", [("u8", 255), ("s8", -128)])
+def test_3d_avg_sums_in_s16(isa_path, dt, fill):
+    """A 3-D window's pixels (depth included) decide the s16 sums: 4x8x8 = 256 pixels at the
+    extreme value fit s16 lanes (AVX-512), 5x8x8 = 320 take s32 sums; both exact."""
+    c = 40
+    for kd in (4, 5):
+        x = np.full((1, kd, 8, 9, c), fill, DTYPES[dt])
+        x[0, 0, 0, 0] = 0
+        pd = pooling_desc("avg_include_padding", desc((1, c, kd, 8, 9), dt, "ndhwc"),
+                          desc((1, c, 1, 1, 2), "s32", "ndhwc"), 1, (kd, 8, 8), 0, 0, isa=isa_path, threads=1)
+        y = Memory(pd.dst_desc())
+        pd.create().execute({"src": x, "dst": y})
+        want = pooling_ref(x, "avg_include_padding", (kd, 8, 8), (1, 1, 1), (0,) * 3, (0,) * 3, "s32")
+        np.testing.assert_array_equal(y.array, want)
+        assert pd.spec.s16_sums is (pd.spec.path.bits == 512 and kd == 4)
+
+
 # ---------------------------------------------------------------------- bad input
 
 def _pd(**kw):
@@ -231,7 +295,8 @@ def _pd(**kw):
     (dict(src_desc=desc((1, 4, 6, 6), "f32", "nhwc")), "src_desc"),
     (dict(src_desc=desc((1, 4, 6, 6), "u8", "any")), "src_desc"),
     (dict(src_desc=desc((1, 4, 6, 6), "u8", "abdc")), "src_desc"),
-    (dict(src_desc=desc((1, 4, 6, 6, 6), "u8", "ndhwc")), "src_desc"),
+    (dict(src_desc=desc((1, 4), "u8", "ab")), "src_desc"),
+    (dict(src_desc=desc((1, 4, 6, 6, 6), "u8", "ndhwc")), "dst_desc"),  # 3-D: the pooled shape is 3x3x3
     (dict(src_desc="nhwc"), "src_desc"),
     (dict(isa="sse4"), "isa"),
     (dict(attr=Attr(scales={"src": 0})), "attr"),
