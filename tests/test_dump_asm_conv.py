@@ -73,6 +73,16 @@ def test_pool_kernel_listing(isa):
     out = io.StringIO()
     assert run(["pool", "--window", "3", "--a-type", "s8", "--isa", isa], out) == 0
     assert "vpmaxsb" in out.getvalue().lower()
+    # --depth: the 3-D kernel, its depth loop counted in r15 (the 2-D kernel uses no r15)
+    out = io.StringIO()
+    assert run(["pool", "--window", "3", "--depth", "2", "--isa", isa], out) == 0
+    text = out.getvalue()
+    assert "pool_max_u8u8_3d_kh3_kw3" in text and "2x3x3" in text and "dec r15" in text.lower()
+    out = io.StringIO()
+    assert run(["pool", "--window", "3", "--isa", isa], out) == 0
+    assert "r15" not in out.getvalue().lower()
+    with pytest.raises(UsageError, match="--depth"):
+        run(["pool", "--depth", "-1"], io.StringIO())
 
 
 def test_pack_kernels_listing():

@@ -136,8 +136,9 @@ def run_problem(server, case, variants, isa, threads, min_time, min_rounds, chec
     elif check and case["prim"] == "pool" and "onednn" in outputs:
         from primitives.pooling_ref import pooling_ref
 
-        ref = pooling_ref(pool_src(case), case["alg"], (case["K"],) * 2, (case["S"],) * 2, (case["P"],) * 2,
-                          (case["P"],) * 2)
+        nd = 3 if "D" in case else 2
+        ref = pooling_ref(pool_src(case), case["alg"], (case["K"],) * nd, (case["S"],) * nd, (case["P"],) * nd,
+                          (case["P"],) * nd)
         r.check = "ref " + check_outputs(ref, outputs["onednn"].output())
     if check and torch_side is not None and outputs.get("int8jit") is not None:
         r.notes.append(f"torch {check_outputs(outputs['int8jit'], torch_side.output())} ({torch_side.impl})")

@@ -95,8 +95,10 @@ CONV_QUICK = ["stem 7x7/2 3->64", "res2 3x3 64->64", "res2 1x1 256->64", "res4 p
               "res5 3x3 512->512", "mbv2 dw 3x3 144@56", "mbv2 dw 3x3/2 576@14"]
 
 
-def _pool(label, alg, n, c, hw, k, s, p):
-    return {"label": label, "alg": alg, "N": n, "C": c, "H": hw, "W": hw, "K": k, "S": s, "P": p}
+def _pool(label, alg, n, c, hw, k, s, p, d=None):
+    """A pooling case: square windows (cubes where ``d``, the depth, is given: 3-D)."""
+    case = {"label": label, "alg": alg, "N": n, "C": c, "H": hw, "W": hw, "K": k, "S": s, "P": p}
+    return case if d is None else {**case, "D": d}
 
 
 POOL_CASES = [
@@ -106,6 +108,9 @@ POOL_CASES = [
     _pool("avg_excl 3x3/2 64x112x112", "avg_exclude_padding", 1, 64, 112, 3, 2, 1),
     _pool("global avg 7x7 2048 b1", "avg_exclude_padding", 1, 2048, 7, 7, 1, 0),
     _pool("global avg 7x7 2048 b8", "avg_exclude_padding", 8, 2048, 7, 7, 1, 0),
+    # 3-D (video and volumetric networks: C3D's and 3-D U-Net's 2x2x2/2 max pooling)
+    _pool("max 2x2x2/2 64x16x56x56", "max", 1, 64, 56, 2, 2, 0, d=16),
+    _pool("avg_excl 3x3x3/2 32x16x56x56", "avg_exclude_padding", 1, 32, 56, 3, 2, 1, d=16),
 ]
 POOL_QUICK = ["max 3x3/2 64x112x112 b1", "avg_excl 3x3/2 64x112x112", "global avg 7x7 2048 b1"]
 
@@ -116,8 +121,13 @@ def conv_out(case) -> tuple[int, int]:
     return oh, ow
 
 
-def pool_out(case) -> tuple[int, int]:
-    return tuple((case[d] + 2 * case["P"] - case["K"]) // case["S"] + 1 for d in ("H", "W"))
+def pool_spatial(case) -> tuple[int, ...]:
+    """The source's spatial dims: (H, W), or (D, H, W) for a 3-D case."""
+    return tuple(case[d] for d in ("D", "H", "W") if d in case)
+
+
+def pool_out(case) -> tuple[int, ...]:
+    return tuple((i + 2 * case["P"] - case["K"]) // case["S"] + 1 for i in pool_spatial(case))
 
 
 def ops(case) -> int:
@@ -131,8 +141,7 @@ def ops(case) -> int:
 
 
 def pool_bytes(case) -> int:
-    oh, ow = pool_out(case)
-    return case["N"] * case["C"] * (case["H"] * case["W"] + oh * ow)
+    return case["N"] * case["C"] * (int(np.prod(pool_spatial(case))) + int(np.prod(pool_out(case))))
 
 
 # ------------------------------------------------------------------ the command line's choice
@@ -291,4 +300,4 @@ def conv_weight_dims(case):
 def pool_src(case):
     # Exactly what primitives.pooling.bench_case draws for seed 0.
     rng = np.random.default_rng(0)
-    return rng.integers(0, 256, (case["N"], case["H"], case["W"], case["C"]), dtype=np.uint8)
+    return rng.integers(0, 256, (case["N"],) + pool_spatial(case) + (case["C"],), dtype=np.uint8)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.bench_problems import conv_operands, conv_out, conv_weight_dims, gemm_operands, pool_out, pool_src
+from tools.bench_problems import (conv_operands, conv_out, conv_weight_dims, gemm_operands, pool_out, pool_spatial,
+                                  pool_src)
 from tools.bench_timing import REPO_ROOT, Unavailable, in_turn, timed_calls
 
 # ------------------------------------------------------------------ int8jit side
@@ -151,7 +152,7 @@ def _int8jit_pool(case, isa, threads) -> Side:
 
     t0 = time.perf_counter()
     run, _, _ = bench_case(case["N"], case["C"], case["H"], case["W"], case["K"], case["S"], case["P"],
-                           case["alg"], "u8", isa=isa, threads=threads, seed=0)
+                           case["alg"], "u8", isa=isa, threads=threads, seed=0, d=case.get("D"))
     return Side(run, None, "", 1e3 * (time.perf_counter() - t0))
 
 
@@ -205,14 +206,15 @@ def onednn_setup(case, variant: str) -> Side:
                       "scales:dst": dscale})
         return Side(run, y, p.impl_info(), create_ms)
     x = pool_src(case)
-    oh, ow = pool_out(case)
-    n, c = case["N"], case["C"]
+    outs, spatial = pool_out(case), pool_spatial(case)
+    n, c, nd = case["N"], case["C"], len(spatial)
+    tag = "acdb" if nd == 2 else "acdeb"  # nhwc, ndhwc
     t0 = time.perf_counter()
-    p = dp.pooling(case["alg"], dp.md((n, c, case["H"], case["W"]), "u8", "nhwc"), dp.md((n, c, oh, ow), "u8", "nhwc"),
-                   strides=(case["S"],) * 2, kernel=(case["K"],) * 2, padding_l=(case["P"],) * 2,
-                   padding_r=(case["P"],) * 2)
+    p = dp.pooling(case["alg"], dp.md((n, c) + spatial, "u8", tag), dp.md((n, c) + outs, "u8", tag),
+                   strides=(case["S"],) * nd, kernel=(case["K"],) * nd, padding_l=(case["P"],) * nd,
+                   padding_r=(case["P"],) * nd)
     create_ms = 1e3 * (time.perf_counter() - t0)
-    y = np.zeros((n, oh, ow, c), np.uint8)
+    y = np.zeros((n,) + outs + (c,), np.uint8)
     return Side(p.bind({"src": x, "dst": y}), y, p.impl_info(), create_ms)
 
 

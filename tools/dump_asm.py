@@ -17,8 +17,8 @@ Kernels (``--list``)::
            [--stride S] [--pad P] [--groups G] [--batch N] [--dst u8|s8|s32|f32] [--fused]
            (--fused: per-channel scales, bias and relu, as in an int8 ResNet)
     pool   the pooling kernel of a window: [--alg max|avg_include_padding|avg_exclude_padding]
-           [--window K] [--a-type u8|s8] [--dst s32|f32|u8|s8] (avg: the dst type; max
-           writes the source type)
+           [--window K] [--depth D] [--a-type u8|s8] [--dst s32|f32|u8|s8] (avg: the dst
+           type; max writes the source type; --depth: a 3-D window D slices deep)
     copy   the row copy a convolution's threads fill their padded source with
     pack   the kernels that pack B in machine code (runtime weights, reorders into any):
            from rows of N bytes and from columns of K, 256-bit into the VNNI layout
@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fused", action="store_true", help="conv/gemv: per-channel scales, bias and relu")
     p.add_argument("--chunks", action="store_true",
                    help="gemv: the rows kernels of one row by 4096 x 4096 weights, K in chunks")
+    p.add_argument("--depth", type=int, default=0,
+                   help="pool: a 3-D window this many slices deep (the depth loop's kernel); 0: 2-D")
     p.add_argument("--alg", default="max", choices=("max", "avg_include_padding", "avg_exclude_padding"),
                    help="pool: algorithm")
     p.add_argument("--syntax", default="intel", choices=("intel", "att"), help="assembly syntax")
@@ -249,8 +251,11 @@ def _pool(args, isa: str):
     from primitives.pooling import kernel_spec
 
     dst = args.a_type if args.alg == "max" else args.dst
-    spec = kernel_spec(isa, args.alg, args.a_type, dst, args.window, args.window)
-    header = [f"pooling {args.alg} {args.window}x{args.window}, {args.a_type} -> {dst}: {spec}"]
+    if args.depth < 0:
+        raise UsageError(f"--depth: expected 0 (2-D) or a window depth of at least 1, got {args.depth}")
+    spec = kernel_spec(isa, args.alg, args.a_type, dst, args.window, args.window, args.depth or None)
+    window = f"{args.depth}x" * bool(args.depth) + f"{args.window}x{args.window}"
+    header = [f"pooling {args.alg} {window}, {args.a_type} -> {dst}: {spec}"]
     return header, [cache.get_kernel(("pooling", spec), lambda: generate(spec))]
 
 
