@@ -30,7 +30,8 @@ from primitives.checks import check_choice, check_dim, check_disjoint, check_int
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
 from primitives.reference import op
 from runtime import isa as isa_mod
-from primitives.gemm_driver import Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, tuned_spec
+from primitives.gemm_driver import (Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, shifts_s8_a_once,
+                                    tuned_spec)
 from primitives.gemv_driver import IN_PLACE_ROWS, ChunkedRows, GemvPlan, chunk_kernels, rows_alias, walks_in_chunks
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
@@ -572,10 +573,12 @@ class Gemm:
         if cached is not None and cached[0] == key:
             return cached[1]
         # s8 A with several column tiles: one xor pass over A per call (numpy, ~15 GB/s)
-        # instead of an xor per broadcast in every tile (on VNNI 6 extra vector ops per 24
-        # VPDPBUSD: about -20%); the kernel then reads u8 rows of K (at least 4) bytes.
+        # instead of an xor per broadcast in every tile (Intel's VNNI: 6 extra vector ops
+        # per 24 VPDPBUSD, about -20%; not on AMD's, see shifts_s8_a_once); the kernel
+        # then reads u8 rows of K (at least 4) bytes.
         kernel, shifted = comps.kernel, None
-        if kernel.meta["kspec"].s8_src and packed.tiles >= _SHIFT_A_TILES:
+        kspec = kernel.meta["kspec"]
+        if kspec.s8_src and packed.tiles >= _SHIFT_A_TILES and shifts_s8_a_once(kspec.path):
             shifted = np.empty((self.M, max(self.K, 4)), np.uint8)
             kernel, lda = _u8_variant(kernel), shifted.shape[1]
         plan = make_plan(kernel, packed, self.M, self.N, self.K, lda, self.ldc * 4, comps.out, self.threads)

@@ -144,7 +144,25 @@ def prefetch_ahead_bytes() -> int:
     """
     from runtime.cpu import cpu_info
 
-    return 0 if cpu_info().vendor in ("AuthenticAMD", "HygonGenuine") else 4096
+    return 0 if cpu_info().vendor in _AMD else 4096
+
+
+_AMD = ("AuthenticAMD", "HygonGenuine")
+
+
+def shifts_s8_a_once(path) -> bool:
+    """Whether a GEMM of an s8 A and several column tiles shifts A to u8 once per call
+    (numpy, into a buffer of its plan) and runs the u8 kernel, rather than the s8 kernel
+    xoring each broadcast of A with 0x80: everywhere but on AMD's VNNI path.
+
+    Emerald Rapids, VNNI and AVX2: the shift gained 6-19%. Zen 4 (one-off and packed
+    ``Gemm``, 256^3 to 1024^3, 64x1024x1024, 3136x64x576): on the VNNI path the xor runs
+    beside VPDPBUSD at no cost, and the shift lost up to 7% on one thread and up to 25%
+    on two (the other core reads the shifted copy from this one's cache); on ``avx2`` it
+    gained 2-6% on one thread, on ``avx512_core`` nothing either way."""
+    from runtime.cpu import cpu_info
+
+    return path.kind != "vnni" or cpu_info().vendor not in _AMD
 
 
 def thread_chunks(kspec, M: int, N: int, K: int, threads: int) -> list:

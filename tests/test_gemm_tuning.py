@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from primitives import gemm_driver, reference
+from jit.dot import widening_path
+from primitives import gemm, gemm_driver, reference
 from primitives.gemm import Gemm, _SHIFT_A_TILES, fast_path
 from tests.conftest import faithful_model, isa_params
 
@@ -64,11 +65,31 @@ def test_next_tile_prefetch(isa, M):
     dict(), dict(lda_extra=5), dict(flat=True, lda_extra=3), dict(transa="T"), dict(transa="T", lda_extra=2),
     dict(K=2), dict(ao=-128, bo=127), dict(threads=2), dict(policy="faithful"), dict(K=2, flat=True, lda_extra=1),
 ])
-def test_s8_shift_once(isa, case):
+def test_s8_shift_once(isa, case, monkeypatch):
+    """The shifted A and the u8 kernel on every path (AMD's VNNI path keeps the s8 kernel:
+    the test pretends otherwise), against the reference; and the s8 kernel over as many
+    tiles, as AMD's VNNI path runs it."""
     args = dict(M=37, N=64 * _SHIFT_A_TILES + 5, K=45, policy="exact")
     args.update(case)
-    info = _run(isa, args.pop("policy"), "s8", args.pop("M"), args.pop("N"), args.pop("K"), **args)
-    assert info["blocking"]["s8_a_shifted_once_per_call"]
+    policy, M, N, K = (args.pop(name) for name in ("policy", "M", "N", "K"))
+    for shifts in (True, False):
+        monkeypatch.setattr(gemm, "shifts_s8_a_once", lambda path, shifts=shifts: shifts)
+        info = _run(isa, policy, "s8", M, N, K, **args)
+        assert info["blocking"]["s8_a_shifted_once_per_call"] is shifts
+
+
+@pytest.mark.parametrize("vendor,kind,shifts", [("GenuineIntel", "vnni", True), ("GenuineIntel", "maddubsw", True),
+                                                ("AuthenticAMD", "vnni", False), ("AuthenticAMD", "maddubsw", True),
+                                                ("AuthenticAMD", "widen", True)])
+def test_s8_shift_follows_the_vendor(vendor, kind, shifts, monkeypatch):
+    """On AMD's VNNI path the xor of each broadcast is free beside VPDPBUSD (Zen 4): A is
+    not shifted once per call there; elsewhere it is."""
+    from runtime import cpu
+
+    regs = cpu.encode_registers(["avx2", "fma", "bmi2", "avx", "osxsave"], vendor=vendor)
+    monkeypatch.setattr(cpu, "_cached", cpu.CpuInfo.from_registers(regs, 0b111))
+    path = next(p for p in (fast_path("avx512_core_vnni"), fast_path("avx2"), widening_path("avx2")) if p.kind == kind)
+    assert gemm_driver.shifts_s8_a_once(path) is shifts
 
 
 @pytest.mark.parametrize("isa", isa_params())
