@@ -511,6 +511,85 @@ def test_one_off_calls_keep_their_gemm(isa_path, policy, a_type, offsetc, alpha,
     assert len(set.intersection(*kept)) >= 1  # the same Gemm served every call
 
 
+@st.composite
+def repeat_cases(draw):
+    """Calls on the very same arrays, their values changed in place between calls: few
+    rows (read in place) and more, B at creation, at execution or through the one-off
+    call, offsets, co, alpha/beta, transposes and short K (which copy A: never replayed)."""
+    case = dict(
+        a_type=draw(st.sampled_from(["u8", "s8"])), transa=draw(st.sampled_from("NNNT")),
+        transb=draw(st.sampled_from("NT")), offsetc=draw(st.sampled_from("FCR")),
+        M=draw(st.one_of(st.integers(1, 4), small_biased)), N=draw(small_biased),
+        K=draw(st.one_of(st.integers(1, 3), small_biased)), lda_pad=draw(st.sampled_from([0, 3])),
+        api=draw(st.sampled_from(["function", "create", "execute"])), threads=draw(st.sampled_from([1, 2])),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
+    case["alpha"], case["beta"] = draw(st.sampled_from(ALPHA_BETA[:3] + [(1.0, 0.0)] * 3))
+    return draw_offsets(draw, case)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@PROPERTY
+@given(case=repeat_cases())
+def test_repeated_calls_on_the_same_arrays(isa_path, policy, case, monkeypatch):
+    """A call with the last call's arrays replays its kernels (Gemm.execute's Replay): new
+    values in A, B and C each call, co's values changed once (the full path again), C
+    made read-only (refused, not replayed); every result as the model's, and the set-up
+    run only where something changed (or where the call copies A or reads its values)."""
+    from primitives import gemm as gemm_mod
+
+    full = []
+    original = gemm_mod.Gemm._execute
+    monkeypatch.setattr(gemm_mod.Gemm, "_execute", lambda self, *a: full.append(1) or original(self, *a))
+    c = dict(case)
+    a_type, transa, transb, offsetc = c["a_type"], c["transa"], c["transb"], c["offsetc"]
+    M, N, K, api, ao, bo = c["M"], c["N"], c["K"], c["api"], c["ao"], c["bo"]
+    alpha, beta, threads = c["alpha"], c["beta"], c["threads"]
+    rng = np.random.default_rng(c["seed"])
+    lo, a_dt = (0, np.uint8) if a_type == "u8" else (-128, np.int8)
+    a_rows, a_cols = (M, K) if transa == "N" else (K, M)
+    lda = a_cols + c["lda_pad"]
+    A = np.zeros((a_rows, lda), a_dt)
+    B = np.zeros((K, N) if transb == "N" else (N, K), np.int8)
+    C = np.zeros((M, N), np.int32)
+    co = rng.integers(-1000, 1000, 1 if offsetc == "F" else max(M, N)).astype(np.int32)
+    ldb = B.shape[1]
+    faithful = faithful_model(policy, isa_path)
+    g = None
+    for step in range(4):
+        A[...] = rng.integers(lo, lo + 256, A.shape)
+        if step == 0 or api != "create":
+            B[...] = rng.integers(-128, 128, B.shape)
+        C[...] = rng.integers(-1000, 1000, C.shape)
+        if step == 2:
+            co[...] += 1  # (in place: the replay compares co's values)
+        want = reference.gemm(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C.copy(),
+                              N, co, faithful=faithful)
+        if api == "function":
+            fn = gemm_u8s8s32 if a_type == "u8" else gemm_s8s8s32
+            fn(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, N, co, policy=policy,
+               isa=isa_path, threads=threads)
+        else:
+            if g is None:
+                g = Gemm(M, N, K, a_type=a_type, transa=transa, transb=transb, offsetc=offsetc, lda=lda, alpha=alpha,
+                         beta=beta, policy=policy, isa=isa_path, threads=threads, B=B if api == "create" else None)
+            g.execute(A, C, B=None if api == "create" else B, ao=ao, bo=bo, co=co)
+        np.testing.assert_array_equal(C, want, err_msg=f"step {step}")
+    # Replayed unless A is copied (transposed, K < 4) or bo's row term reads A's values
+    # on the packed path (the in-place path adds it after the kernels, replayed or not).
+    kept = g if g is not None else list(gemm_mod._one_off.gemms.values())[-1]  # (the last used is last)
+    in_place = "runtime_weights" in kept.impl_info()
+    if transa == "N" and K >= 4 and (bo == 0 or in_place):
+        assert len(full) == 2, full  # the first call and the one after co changed
+    C.flags.writeable = False
+    with pytest.raises(ValueError, match="^C"):
+        if api == "function":
+            fn(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, N, co, policy=policy,
+               isa=isa_path, threads=threads)
+        else:
+            g.execute(A, C, B=None if api == "create" else B, ao=ao, bo=bo, co=co)
+
+
 def test_impl_info(isa_path):
     K, N, M = 64, 48, 8
     rng = np.random.default_rng(4)
