@@ -55,8 +55,8 @@ import numpy as np
 
 from runtime.isa import LADDER
 from tools import bench_primitives, conv_sources  # the primitive benches, each with its own main
-from tools.bench_timing import (REPO_ROOT, WINDOW_S, Unavailable, cpu_brand, host_steal_counters, measure_calls,
-                                peak_callable, steal_fraction, supported_isas)
+from tools.bench_timing import (GOMP_SPINCOUNT, REPO_ROOT, SETTLE_S, WINDOW_S, Unavailable, cpu_brand,
+                                host_steal_counters, measure_calls, peak_callable, steal_fraction, supported_isas)
 
 
 # ------------------------------------------------------------------ GEMM
@@ -199,7 +199,9 @@ def _worker(spec_json: str) -> None:
             out["rows"].append(row)
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         before = host_steal_counters(cpus)
-        times = measure_calls(fns, min_time) if fns else {}
+        # (oneDNN's idle OpenMP workers spin after its window: GOMP_SPINCOUNT and a pause)
+        times = measure_calls(fns, min_time, peers=("onednn",), settle=SETTLE_S if threads > 1 else 0.0) \
+            if fns else {}
         out["steal"] = steal_fraction(before, host_steal_counters(cpus))
         gops = {name: (ops[name] / best / 1e9, ops[name] / median / 1e9) for name, (best, median) in times.items()}
         if "onednn" in gops:
@@ -352,6 +354,10 @@ def run_bench(bench, args) -> tuple[list[Row], str]:
     min_time = args.min_time if args.min_time is not None else (0.03 if args.quick else 0.3)
     problems = [(shape, kind) for shape in shapes for kind in kinds]
 
+    # libgomp's default spin (300,000 PAUSEs) after oneDNN's window took a core from the
+    # int8jit row timed next: 2048^3 on two threads at 0.73 of oneDNN for whichever row
+    # came first, 0.99-1.02 for the next (the children inherit this setting)
+    os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
     from tools import onednn
 
     ok, why = onednn.available()
@@ -362,7 +368,8 @@ def run_bench(bench, args) -> tuple[list[Row], str]:
         f"timing:  oneDNN, int8jit and the peak loop in alternating ~{1000 * WINDOW_S:g} ms windows, "
         f">= {min_time:g} s each, best window; GOPS = 2*M*N*K/s; % peak = int8jit / (path's "
         "register-only peak per core, measured alongside, x threads); noise = int8jit's median "
-        "window vs its best; steal = the hypervisor's share of the problem's CPU time",
+        "window vs its best; steal = the hypervisor's share of the problem's CPU time; "
+        f"GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']} for oneDNN's OpenMP workers",
     ]
     for line in lines:
         print(line)

@@ -114,11 +114,17 @@ def measure_interleaved(series: list[Series], min_time: float, min_rounds: int, 
             break
 
 
-def measure_calls(calls: dict, min_time: float, window_s: float = WINDOW_S, min_rounds: int = 5) -> dict:
+def measure_calls(calls: dict, min_time: float, window_s: float = WINDOW_S, min_rounds: int = 5,
+                  peers: tuple = (), settle: float = 0.0) -> dict:
     """{name: (best, median) seconds per call} of this process's ``calls``, timed in
-    interleaved windows of about ``window_s`` (each at least ``min_time`` s in all)."""
+    interleaved windows of about ``window_s`` (each at least ``min_time`` s in all).
+    ``peers``: the names of calls with OpenMP workers (oneDNN), timed first in a round
+    and followed by a ``settle`` pause (:data:`SETTLE_S` for rows of several threads)."""
     series = {name: Series.local(call, window_s) for name, call in calls.items()}
-    measure_interleaved(list(series.values()), min_time, min_rounds)
+    for name in peers:
+        if name in series:
+            series[name].remote = True
+    measure_interleaved(list(series.values()), min_time, min_rounds, settle=settle)
     return {name: (s.best, s.median) for name, s in series.items()}
 
 
