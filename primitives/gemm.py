@@ -72,6 +72,7 @@ class _Comps:
     kernel: object
     out: OutputArgs
     co_col: object = 0  # integer mode: co's part of the column compensation
+    sums: np.ndarray | None = None  # int64 scratch: the column term of a B packed at each call
 
 
 @dataclass(frozen=True)
@@ -535,11 +536,13 @@ class Gemm:
             return None
         calls = plan.calls.run
         view = _rows_view(A, M, shifted.shape[1], lda).view(np.uint8) if shifted is not None else None
+        ao_eff = ao + (128 if self.a_type == "s8" else 0)
 
         def again():
             if packer is not None:
                 packer.repeat()
-                self._compensation(packed, choice, A, lda, ao, bo, co)  # (cached: the new sums)
+                if ao_eff:  # (the compensation reads the new column sums)
+                    self._new_sums(comps, packed, ao_eff)
             if view is not None:
                 np.bitwise_xor(view, 0x80, out=shifted)
             calls()
@@ -575,10 +578,7 @@ class Gemm:
         ao_eff = ao + (128 if self.a_type == "s8" else 0)
         if cached is not None and cached.key == key and bo == 0:
             if ao_eff and packed is self._last_packed:  # B packed at this call: its sums anew
-                col = -ao_eff * packed.colsum
-                if not self.float_mode and self.offsetc != "C":
-                    col[:self.N] += cached.co_col
-                cached.out.col_comp[:] = _wrap32(col)
+                self._new_sums(cached, packed, ao_eff)
             return cached
         M, N, K = self.M, self.N, self.K
         # oneDNN's letters: 'C' a column vector (M values, one per row), 'R' a row vector (N).
@@ -615,9 +615,17 @@ class Gemm:
                               post_ops=(SumOp("s32"),) if self.beta != 0.0 else ())
         else:
             spec = OutputSpec(row_comp=out.row_comp is not None, accumulate=self.beta == 1.0)
-        comps = _Comps(key, self._kernel(choice, spec), out, co_col)
+        comps = _Comps(key, self._kernel(choice, spec), out, co_col, np.empty_like(packed.colsum))
         self._comps_cache = comps
         return comps
+
+    def _new_sums(self, comps: "_Comps", packed: PackedB, ao_eff: int) -> None:
+        """The column term of ``comps`` anew from the column sums of a B packed at this
+        call (bo 0: no other term reads B)."""
+        col = np.multiply(packed.colsum, -ao_eff, out=comps.sums)
+        if not self.float_mode and self.offsetc != "C":
+            col[:self.N] += comps.co_col
+        np.copyto(comps.out.col_comp.view(np.uint32), col, casting="unsafe")  # (modulo 2^32)
 
     def _plan(self, comps: "_Comps", packed: PackedB, lda: int) -> Plan:
         """Per-thread argument structs; only A and C pointers change between calls."""
