@@ -342,8 +342,8 @@ def test_guard_pages_emulated(emulated, isa, guarded):
             depthwise.test_guard_pages(isa, guarded, where)
     conv.test_guard_pages(isa, guarded)
     for alg in pooling.ALGS:
-        for c in (13, 70):
-            pooling.test_guard_pages(isa, guarded, alg, c)
+        for c, spatial in ((13, (7, 5)), (70, (7, 5)), (13, (4, 7, 5))):
+            pooling.test_guard_pages(isa, guarded, alg, c, spatial)
     for sdt, ddt in (("f32", "u8"), ("s8", "f32")):
         reorder.test_tails_stay_inside_the_buffers(isa, sdt, ddt, guarded)
     # GEMM's own cases (test_gemm runs them in a child, natively): both policies where
