@@ -731,9 +731,10 @@ def gemm_u8s8s32(transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo
 
     The argument list is oneDNN's, row-major; ``co`` holds 1 ('F'), M ('C') or N ('R')
     offsets. Each thread keeps the GEMMs of its last 8 argument signatures (kernels, B's
-    packing buffers, plan), so a call like an earlier one skips their set-up; B is packed
-    at every call (a :class:`Gemm` given B at creation packs it once), or read in place
-    for 1-4 rows of A with alpha 1 and beta 0 or 1.
+    packing buffers, plan), so a call like an earlier one skips their set-up, and one with
+    that call's very arrays replays its kernels (:meth:`Gemm.execute`); B is packed at
+    every call (a :class:`Gemm` given B at creation packs it once), or read in place for
+    1-4 rows of A with alpha 1 and beta 0 or 1.
 
     >>> import numpy as np
     >>> A, B = np.full((2, 3), 10, np.uint8), np.ones((3, 2), np.int8)

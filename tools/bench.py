@@ -30,7 +30,9 @@ after the other):
   reusable ``primitives.gemm.Gemm``); oneDNN's GEMM API takes B as is on every call.
   The row with ``B`` ``call`` is int8jit's own one-off call (``gemm_u8s8s32`` /
   ``gemm_s8s8s32``: B packed at every call, as oneDNN's call takes it; the kept GEMM of
-  its signature), the like-for-like comparison.
+  its signature), the like-for-like comparison: the same arrays at every call, as
+  oneDNN's side gets them, which int8jit replays. ``B`` ``new``: the same call with new
+  array objects (views) at every call, checked and set up each time.
 * Policies: VNNI paths are exact, one ``exact`` row. On the VPMADDUBSW paths three rows:
   ``faithful`` (computes what oneDNN computes there), ``exact`` with full-range weights
   (the proof fails, int8jit takes the widening path; % peak is of that path's peak) and
@@ -92,16 +94,17 @@ class GemmBench:
     def rows(isa: str) -> list[tuple[str, str]]:
         """(policy, weights) rows of int8jit per problem on ``isa``."""
         if isa.endswith("vnni"):
-            return [("exact", "full"), ("exact", "call")]
-        return [("faithful", "full"), ("exact", "full"), ("exact", "safe"), ("faithful", "call")]
+            return [("exact", "full"), ("exact", "call"), ("exact", "new")]
+        return [("faithful", "full"), ("exact", "full"), ("exact", "safe"), ("faithful", "call"), ("faithful", "new")]
 
     @classmethod
     def int8jit_callable(cls, shape, kind, isa, threads, policy, weights="full"):
         """(one-call callable, impl_info) for int8jit on a reusable primitive, or
-        (``weights`` "call") its one-off call."""
-        A, B, C = cls.operands(shape, kind, "full" if weights == "call" else weights)
-        if weights == "call":
-            return int8jit_one_off_callable(kind, *shape, isa, threads, policy, A, B, C)
+        (``weights`` "call") its one-off call, or ("new") that call with new array objects
+        each time (views of the same memory: checked and set up at every call, no replay)."""
+        A, B, C = cls.operands(shape, kind, "full" if weights in ("call", "new") else weights)
+        if weights in ("call", "new"):
+            return int8jit_one_off_callable(kind, *shape, isa, threads, policy, A, B, C, new=weights == "new")
         return int8jit_gemm_callable(kind, *shape, isa, threads, policy, A, B, C)
 
     @classmethod
@@ -130,16 +133,22 @@ def int8jit_gemm_callable(kind, M, N, K, isa, threads, policy, A, B, C):
     return call, g.impl_info()
 
 
-def int8jit_one_off_callable(kind, M, N, K, isa, threads, policy, A, B, C):
+def int8jit_one_off_callable(kind, M, N, K, isa, threads, policy, A, B, C, new: bool = False):
     """A zero-argument callable making one-off calls of ``gemm_u8s8s32`` (``gemm_s8s8s32``)
-    with B given at every call, as oneDNN's, and the kept GEMM's ``impl_info()``."""
+    with B given at every call, as oneDNN's, and the kept GEMM's ``impl_info()``. The same
+    arrays at every call (replayed: ``Gemm.execute``), or (``new``) new views of them."""
     from primitives import gemm
 
     fn = gemm.gemm_u8s8s32 if kind == "u8s8" else gemm.gemm_s8s8s32
     co = np.zeros(1, np.int32)
 
-    def call():
-        fn("N", "N", "F", M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, C, N, co, policy=policy, isa=isa, threads=threads)
+    if new:
+        def call():
+            fn("N", "N", "F", M, N, K, 1.0, A.view(), K, 0, B.view(), N, 0, 0.0, C.view(), N, co.view(), policy=policy,
+               isa=isa, threads=threads)
+    else:
+        def call():
+            fn("N", "N", "F", M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, C, N, co, policy=policy, isa=isa, threads=threads)
 
     g = gemm._gemm_call(kind[:2], "N", "N", "F", M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, C, N, co, policy, isa, threads)
     return call, g.impl_info()
