@@ -411,30 +411,29 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
         LABEL(done)
 
     # ---------------------------------------------------------------- rows and pixels
+    def clamp(size: str, extent: str, first, count) -> None:
+        """A window starting at rax (clobbered) along one dimension: first = max(rax, 0),
+        count = min(rax + size, extent) - first, its valid positions (>= 1: the driver
+        rejects windows wholly in the padding)."""
+        XOR(first.as_dword, first.as_dword)
+        TEST(rax, rax)
+        CMOVNS(first, rax)
+        ADD(rax, A(size))
+        MOV(count, A(extent))
+        CMP(rax, count)
+        CMOVL(count, rax)
+        SUB(count, first)
+
     row_loop, pixel_loop, same_image = Label(), Label(), Label()
     LABEL(row_loop)
     MOV(rax, S["ih_start"])
-    XOR(rcx.as_dword, rcx.as_dword)
-    TEST(rax, rax)
-    CMOVNS(rcx, rax)                 # h0 = max(ih_start, 0)
-    ADD(rax, A("KH"))
-    MOV(r11, A("IH"))
-    CMP(rax, r11)
-    CMOVL(r11, rax)                  # h1 = min(ih_start + KH, IH)
-    SUB(r11, rcx)                    # valid window rows (>= 1, checked by the driver)
+    clamp("KH", "IH", rcx, r11)      # h0, valid window rows
     IMUL(rcx, A("row_bytes"))
     MOV(r12, S["src"])
     ADD(r12, rcx)                    # first valid window row of this output row
     if d3:
         MOV(rax, S["id_start"])
-        XOR(rcx.as_dword, rcx.as_dword)
-        TEST(rax, rax)
-        CMOVNS(rcx, rax)             # d0
-        ADD(rax, A("KD"))
-        MOV(rsi, A("ID"))
-        CMP(rax, rsi)
-        CMOVL(rsi, rax)              # d1
-        SUB(rsi, rcx)                # valid depth slices (>= 1, checked by the driver)
+        clamp("KD", "ID", rcx, rsi)  # d0, valid depth slices
         MOV(S["depth"], rsi)
         IMUL(rcx, A("plane_bytes"))
         ADD(r12, rcx)                # ... in the first valid slice
@@ -449,14 +448,7 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
 
     LABEL(pixel_loop)
     MOV(rax, r14)
-    XOR(rcx.as_dword, rcx.as_dword)
-    TEST(rax, rax)
-    CMOVNS(rcx, rax)                 # w0
-    ADD(rax, A("KW"))
-    MOV(rbx, A("IW"))
-    CMP(rax, rbx)
-    CMOVL(rbx, rax)
-    SUB(rbx, rcx)                    # valid window columns (>= 1)
+    clamp("KW", "IW", rcx, rbx)      # w0, valid window columns
     IMUL(rcx, r10)
     LEA(rbp, [r12 + rcx * 1])        # src[h0][w0][0]
     if spec.alg == "avg_exclude_padding":
@@ -491,35 +483,30 @@ def _emit(spec: PoolKernelSpec, argument) -> None:  # noqa: C901 - one loop nest
     DEC(r13)
     JNZ(pixel_loop)
 
-    # next output row: oh + 1, or the next image
-    MOV(rax, S["oh"])
-    INC(rax)
-    MOV(rcx, S["ih_start"])
-    ADD(rcx, A("SH"))
-    CMP(rax, A("OH"))
-    JNE(same_image)
-    XOR(rax.as_dword, rax.as_dword)
-    MOV(rcx, A("pad_t"))
-    NEG(rcx)
-    if d3:  # the next output slice: od + 1, or the next image
+    def step(index: str, start: str, stride: str, count: str, pad: str, ri, rs, kept) -> None:
+        """ri = index + 1 and rs = start + stride, on to ``kept``; where ri reaches
+        ``count``, falls through with ri = 0 and rs = -pad (the first window again)."""
+        MOV(ri, S[index])
+        INC(ri)
+        MOV(rs, S[start])
+        ADD(rs, A(stride))
+        CMP(ri, A(count))
+        JNE(kept)
+        XOR(ri.as_dword, ri.as_dword)
+        MOV(rs, A(pad))
+        NEG(rs)
+
+    # next output row: oh + 1, or (3-D: the next output slice, od + 1, or) the next image
+    step("oh", "ih_start", "SH", "OH", "pad_t", rax, rcx, same_image)
+    if d3:
         same_volume = Label()
-        MOV(r8, S["od"])
-        INC(r8)
-        MOV(r9, S["id_start"])
-        ADD(r9, A("SD"))
-        CMP(r8, A("OD"))
-        JNE(same_volume)
-        XOR(r8.as_dword, r8.as_dword)
-        MOV(r9, A("pad_f"))
-        NEG(r9)
-        MOV(rbx, A("img_bytes"))
-        ADD(S["src"], rbx)
+        step("od", "id_start", "SD", "OD", "pad_f", r8, r9, same_volume)
+    MOV(rbx, A("img_bytes"))
+    ADD(S["src"], rbx)
+    if d3:
         LABEL(same_volume)
         MOV(S["od"], r8)
         MOV(S["id_start"], r9)
-    else:
-        MOV(rbx, A("img_bytes"))
-        ADD(S["src"], rbx)
     LABEL(same_image)
     MOV(S["oh"], rax)
     MOV(S["ih_start"], rcx)
