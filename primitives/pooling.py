@@ -39,6 +39,16 @@ Example::
     [[5, 7], [13, 15]]
     >>> pool2d(x, 2, alg="avg_include_padding")[0, :, :, 0].tolist()     # 2.5 -> 2, 4.5 -> 4
     [[2, 4], [10, 12]]
+
+A 3-D window through the descriptor (NDHWC: dims are given as N, C, D, H, W)::
+
+    >>> v = np.arange(27, dtype=np.uint8).reshape(1, 3, 3, 3, 1)         # D, H, W = 3
+    >>> pd = PoolingDesc("max", desc((1, 1, 3, 3, 3), "u8", "ndhwc"), desc((1, 1, 2, 2, 2), "u8", "any"),
+    ...                  strides=2, kernel=2, padding_l=0, padding_r=1)
+    >>> y = np.zeros((1, 2, 2, 2, 1), np.uint8)
+    >>> pd.create().execute({"src": v, "dst": y})
+    >>> y[0, :, :, :, 0].tolist()
+    [[[13, 14], [16, 17]], [[22, 23], [25, 26]]]
 """
 from __future__ import annotations
 
