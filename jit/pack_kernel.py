@@ -277,6 +277,12 @@ class VnniPacker:
         self.refresh()
         self._pack()
 
+    def column_sums(self):
+        """The int32 column sums the packing calls write (the first item's, padded columns
+        included): :meth:`thread_calls`' calls write them, and nothing copies them on to
+        :attr:`packed`'s ``colsum``."""
+        return self._sums[0]
+
     def thread_calls(self) -> list:
         """Per thread, ``(first column, (function, struct))``: the call that packs its
         range of columns at the array :meth:`point` last took. For a plan whose threads

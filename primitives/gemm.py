@@ -73,6 +73,7 @@ class _Comps:
     out: OutputArgs
     co_col: object = 0  # integer mode: co's part of the column compensation
     sums: np.ndarray | None = None  # int64 scratch: the column term of a B packed at each call
+    add: np.ndarray | None = None  # int32, the column term's part that is not B's (jit.column_term's add)
 
 
 @dataclass(frozen=True)
@@ -501,7 +502,12 @@ class Gemm:
             return None
 
         pending, self._pending = self._pending, None
-        if pending is not None and (ao or self.a_type == "s8"):  # (the compensation reads its column sums)
+        ao_eff = ao + (128 if self.a_type == "s8" else 0)
+        # The compensation's column term reads B's column sums (an s8 A, a zero point): with
+        # bo 0 (no other term reads B) each thread makes it from the sums of the columns it
+        # packs, in the product's hand-off (_packing_plan), or numpy after the packing.
+        term = pending is not None and ao_eff != 0 and bo == 0
+        if pending is not None and ao_eff and not term:
             pending.pack()
             pending = None
 
@@ -514,32 +520,37 @@ class Gemm:
             padded[:, :K] = op(a, "N", M, K, lda)
             a, lda = padded, 4
 
-        comps = self._compensation(packed, choice, a, lda, ao, bo, co)
+        comps = self._compensation(packed, choice, a, lda, ao, bo, co, new_sums=not term)
         plan = self._plan(comps, packed, lda)
         shifted = self._plan_cache[3]
         source = a
         if shifted is not None:  # s8 -> u8 (+128) once, for the u8 kernel (see _plan)
             np.bitwise_xor(_rows_view(a, M, shifted.shape[1], lda).view(np.uint8), 0x80, out=shifted)
             a = shifted
+        fused = None
         if pending is not None:
-            fused = self._packing_plan(pending, plan)
-            if fused is not None:
+            fused = self._packing_plan(pending, plan, (comps, ao_eff) if term else None)
+            if fused is not None:  # (each thread: its packing, [its column term,] its product)
                 point(plan, a, C)
                 fused.run()
-                return (lambda: (pending.refresh(), fused.run())) if source is A and not bo else None
-            pending.pack()
-        run(plan, a, C)
-        # Again: B packed (its column sums anew, where the compensation reads them), A
+            else:
+                pending.pack()
+                if term:
+                    self._new_sums(comps, packed, ao_eff)
+        if fused is None:
+            run(plan, a, C)
+        # Again: B packed (its column term anew, where the compensation reads its sums), A
         # shifted, the kernels; not where A was copied, B packed by numpy, or bo's row
         # term read from A's values.
         if source is not A or bo or B is not None and packer is None:
             return None
-        calls = plan.calls.run
+        calls = fused.run if fused is not None else plan.calls.run
         view = _rows_view(A, M, shifted.shape[1], lda).view(np.uint8) if shifted is not None else None
-        ao_eff = ao + (128 if self.a_type == "s8" else 0)
 
         def again():
-            if packer is not None:
+            if fused is not None:
+                packer.refresh()  # (a padded copy of B, where it needs one: the calls pack the rest)
+            elif packer is not None:
                 packer.repeat()
                 if ao_eff:  # (the compensation reads the new column sums)
                     self._new_sums(comps, packed, ao_eff)
@@ -548,22 +559,58 @@ class Gemm:
             calls()
         return again
 
-    def _packing_plan(self, packer: VnniPacker, plan: Plan) -> CallPlan | None:
+    def _packing_plan(self, packer: VnniPacker, plan: Plan, term: tuple | None = None) -> CallPlan | None:
         """One hand-off for the packing and the product where each thread's product reads
         only the columns that thread packs (the packer's and the plan's column splits
         agree: AVX-512's 64-column chunks and tiles): 256 x 256 x 256 on two threads, a
-        fork-join less and each thread's B in its own cache. None where they differ."""
+        fork-join less and each thread's B in its own cache. None where they differ.
+
+        ``term`` (comps, ao'): the output stage reads ``-ao' * colsum(B)`` (an s8 A, a zero
+        point), so between its packing and its product each thread makes that term of its
+        columns from the sums it just packed (``jit.column_term``): s8s8 256^3 on two
+        threads, a hand-off and numpy's pass over the sums less."""
+        comps, ao_eff = term if term is not None else (None, 0)
         kept = self._fused
-        if kept is not None and kept[0] is packer and kept[1] is plan:
+        if kept is not None and kept[0] is packer and kept[1] is plan and kept[3] is comps:
             return kept[2]
         packs = packer.thread_calls()
         fused = None
         if packs and [c0 for c0, _ in packs] == [c0 for c0, _ in plan.chunks]:
-            fused = CallPlan([[call, (plan.kernel.function, s)] for (_, call), s in zip(packs, plan.structs)])
-        self._fused = (packer, plan, fused)
+            lists = [[call, (plan.kernel.function, s)] for (_, call), s in zip(packs, plan.structs)]
+            if comps is not None:
+                for calls, term_call in zip(lists, self._term_calls(packer, comps, ao_eff, [c0 for c0, _ in packs])):
+                    calls.insert(1, term_call)
+            fused = CallPlan(lists)
+        self._fused = (packer, plan, fused, comps)
         return fused
 
-    def _compensation(self, packed: PackedB, choice: Choice, a, lda, ao: int, bo: int, co) -> "_Comps":
+    @staticmethod
+    def _term_calls(packer: VnniPacker, comps: "_Comps", ao_eff: int, firsts: list) -> list:
+        """Per thread (its first column in ``firsts``), the call that writes its columns'
+        term of ``comps`` from the packer's column sums: ``-ao' * sums + add``."""
+        from jit.column_term import column_term_kernel
+        from runtime.ffi import ffi, pointer_to
+
+        function = column_term_kernel().function
+        col, sums, add = comps.out.col_comp, packer.column_sums(), comps.add
+        ends = firsts[1:] + [len(col)]
+        calls = []
+        for c0, c1 in zip(firsts, ends):  # (whole column tiles: whole 8-column vectors)
+            args = ffi.new("struct i8j_colterm_args *", dict(n=c1 - c0, mul=-ao_eff))
+            args.sums, args.add, args.dst = (pointer_to(x) + 4 * c0 for x in (sums, add, col))
+            calls.append((function, args))
+        return calls
+
+    def _cached_comps(self, packed: PackedB, ao: int, bo: int, co) -> "_Comps | None":
+        """The compensation of the last call where this call's is the same (B's column sums
+        aside): the same B buffers, ao and co, and bo 0."""
+        cached = self._comps_cache
+        if cached is not None and bo == 0 and cached.key == (id(packed), ao, bo, None if co is None else co.tobytes()):
+            return cached
+        return None
+
+    def _compensation(self, packed: PackedB, choice: Choice, a, lda, ao: int, bo: int, co,
+                      new_sums: bool = True) -> "_Comps":
         """Offsets folded into the output stage, and the kernel that applies them.
 
         sum (a' - ao')(b - bo) = raw - bo*rowsum(a') - ao'*colsum(b) + K*ao'*bo, where a' is
@@ -572,12 +619,14 @@ class Gemm:
 
         Float mode maps oneDNN's GEMM onto the output stage: alpha is a common scale, co
         a bias (per column for 'F'/'R', per row for 'C'), beta a sum post-op on the old C.
+        ``new_sums`` False: B is packed after this, and its column term made then (see
+        :meth:`_packing_plan`; what this leaves in the term is overwritten).
         """
         key = (id(packed), ao, bo, None if co is None else co.tobytes())
-        cached = self._comps_cache
         ao_eff = ao + (128 if self.a_type == "s8" else 0)
-        if cached is not None and cached.key == key and bo == 0:
-            if ao_eff and packed is self._last_packed:  # B packed at this call: its sums anew
+        cached = self._cached_comps(packed, ao, bo, co)
+        if cached is not None:
+            if ao_eff and packed is self._last_packed and new_sums:  # B packed at this call: its sums anew
                 self._new_sums(cached, packed, ao_eff)
             return cached
         M, N, K = self.M, self.N, self.K
@@ -615,7 +664,10 @@ class Gemm:
                               post_ops=(SumOp("s32"),) if self.beta != 0.0 else ())
         else:
             spec = OutputSpec(row_comp=out.row_comp is not None, accumulate=self.beta == 1.0)
-        comps = _Comps(key, self._kernel(choice, spec), out, co_col, np.empty_like(packed.colsum))
+        add = np.zeros(len(col), np.int64)
+        if not self.float_mode and self.offsetc != "C":
+            add[:N] += co_col
+        comps = _Comps(key, self._kernel(choice, spec), out, co_col, np.empty_like(packed.colsum), _wrap32(add))
         self._comps_cache = comps
         return comps
 

@@ -94,6 +94,7 @@ def test_pack_kernels_listing():
              for layout, bits, sums, isa in (("vnni", 256, "", "avx2"), ("widen", 256, "", "avx2"),
                                              ("vnni", 512, "", "avx512_core_vnni"), ("vnni", 512, "_madd", "avx512_core"),
                                              ("widen", 512, "", "avx512_core"))]
+    names.append("; column_term [avx2]")
     assert all(name in text for name in names), [name for name in names if name not in text]
     lower = text.lower()
     assert all(op in lower for op in ("vpermd zmm", "vpermd ymm", "vmovdqu8 zmm", "vpmaskmovd ymm", "vpdpbusd zmm",

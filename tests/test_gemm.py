@@ -292,29 +292,40 @@ def test_few_rows_in_place_cases(isa_path, policy, M, N, K, transb, ldb_pad, off
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("M,N,K,transb", [(256, 256, 256, "N"), (64, 200, 97, "N"), (40, 1000, 130, "T"),
+@pytest.mark.parametrize("M,N,K,transb", [(256, 256, 48, "N"), (64, 200, 97, "N"), (40, 1000, 130, "T"),
                                           (9, 64, 2, "N")])
-def test_b_packed_with_its_product(isa_path, threads, M, N, K, transb):
-    """A B given at execution with a u8 A and no zero point (no column sums to read): each
-    thread packs the columns its product reads, in one hand-off, where the packer's and
-    the plan's splits agree (always on one thread). Calls with new B values, then a zero
-    point (packed first, with its sums), then none again: each equals the model."""
+@pytest.mark.parametrize("shift", [False, True])
+def test_b_packed_with_its_product(isa_path, threads, M, N, K, transb, shift, monkeypatch):
+    """A B given at execution: each thread packs the columns its product reads, in one
+    hand-off, where the packer's and the plan's splits agree (always on one thread); with
+    an s8 A or a zero point (and bo 0) it makes its columns' compensation term from the
+    sums it packed in between (jit.column_term). An s8 A shifted once per call or not
+    (``shift``: Intel's choice on every path, or none). Each call twice, the second on the
+    same arrays with new values (replayed); every result equals the model."""
+    from primitives import gemm as gemm_mod
+
+    monkeypatch.setattr(gemm_mod, "shifts_s8_a_once", lambda path: shift)
     rng = np.random.default_rng(threads)
     for policy in POLICIES:
-        g = Gemm(M, N, K, transb=transb, policy=policy, isa=isa_path, threads=threads)
-        for ao in (0, 0, 7, 0):
-            A = rng.integers(0, 256, (M, K), dtype=np.uint8)
-            B = rng.integers(-128, 128, (K, N) if transb == "N" else (N, K), dtype=np.int8)
-            C = np.zeros((M, N), np.int32)
-            g.execute(A, C, B=B, ao=ao)
-            want = reference.gemm("N", transb, "F", M, N, K, 1.0, A, K, ao, B, B.shape[1], 0, 0.0, C, N,
-                                  np.zeros(1, np.int32), faithful=faithful_model(policy, isa_path))
-            assert np.array_equal(C, want), (policy, ao)
-            fused = g.impl_info()["blocking"]["b_packed_with_its_product"]
-            if ao:
-                assert not fused
-            elif threads == 1:
-                assert fused
+        for a_type, lo in (("s8", -128),) if shift else (("u8", 0), ("s8", -128)):  # (a u8 A is never shifted)
+            g = Gemm(M, N, K, a_type=a_type, transb=transb, policy=policy, isa=isa_path, threads=threads)
+            for ao, bo in ((0, 0), (0, 0), (7, 0), (0, 3), (7, -2), (-5 if lo else 5, 0)):
+                A = rng.integers(lo, lo + 256, (M, K)).astype(np.uint8 if a_type == "u8" else np.int8)
+                B = rng.integers(-128, 128, (K, N) if transb == "N" else (N, K), dtype=np.int8)
+                C = np.zeros((M, N), np.int32)
+                for again in range(2):
+                    if again:
+                        A[...] = rng.integers(lo, lo + 256, A.shape)
+                        B[...] = rng.integers(-128, 128, B.shape)
+                    g.execute(A, C, B=B, ao=ao, bo=bo)
+                    want = reference.gemm("N", transb, "F", M, N, K, 1.0, A, K, ao, B, B.shape[1], bo, 0.0, C, N,
+                                          np.zeros(1, np.int32), faithful=faithful_model(policy, isa_path))
+                    assert np.array_equal(C, want), (policy, a_type, ao, bo, again)
+                fused = g.impl_info()["blocking"]["b_packed_with_its_product"]
+                if (ao or a_type == "s8") and bo:  # (the column sums first: the row term's set-up reads A)
+                    assert not fused
+                elif threads == 1:
+                    assert fused, (policy, a_type, ao, bo)
     if isa_path.startswith("avx512") and (M, threads) == (256, 2):  # (4 tiles of 64 columns, 4 chunks)
         assert fused
 

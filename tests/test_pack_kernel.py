@@ -214,3 +214,35 @@ def test_inner_product_runtime_weights(isa_path):
             y = np.zeros((n, oc), np.int32)
             prim.execute({"src": x, "weights": w, "dst": y})
             np.testing.assert_array_equal(y, wrap_int32(gemm_sum(x, w.T, 0, 0, saturating)))
+
+
+# ---------------------------------------------------------------------- jit.column_term
+
+@settings(max_examples=60, deadline=None)
+@given(vectors=st.integers(0, 40), mul=st.integers(-383, 0), seed=st.integers(0, 2**32 - 1))
+def test_column_term_equals_numpy(vectors, mul, seed):
+    """dst = mul * sums + add over whole 8-column vectors, int32 wrapping, as numpy's
+    int64 result taken modulo 2^32; the three buffers against guard pages (after the last
+    column, then before the first: the kernel touches nothing else)."""
+    from jit.column_term import column_term_kernel
+    from runtime.ffi import ffi, pointer_to
+    from tests.conftest import GuardedBuffer
+
+    n = 8 * vectors
+    rng = np.random.default_rng(seed)
+    values = [rng.integers(-2**31, 2**31, n).astype(np.int32) for _ in range(2)]
+    want = wrap_int32(mul * values[0].astype(np.int64) + values[1])
+    kernel = column_term_kernel()
+    for where in ("end", "start"):
+        buffers = [GuardedBuffer(n, np.int32, where) for _ in range(3)]
+        try:
+            sums, add, dst = (b.array for b in buffers)
+            sums[:], add[:] = values
+            dst[:] = 0
+            args = ffi.new("struct i8j_colterm_args *", dict(n=n, mul=mul))
+            args.sums, args.add, args.dst = (pointer_to(x) for x in (sums, add, dst))
+            kernel.function(args)
+            np.testing.assert_array_equal(dst, want)
+        finally:
+            for b in buffers:
+                b.close()

@@ -22,7 +22,8 @@ Kernels (``--list``)::
     copy   the row copy a convolution's threads fill their padded source with
     pack   the kernels that pack B in machine code (runtime weights, reorders into any):
            from rows of N bytes and from columns of K, 256-bit into the VNNI layout
-           (which VPMADDUBSW reads too) and the widening one, 512-bit into the VNNI one
+           (which VPMADDUBSW reads too) and the widening one, 512-bit into the VNNI one;
+           and the column term a GEMM makes from the sums of a B packed at every call
     gemv   the kernel that reads an inner product's runtime weights in place (batch
            1-4) [--a-type u8|s8] [--dst u8|s8|s32|f32] [--fused] [--policy exact|faithful]
            (without VNNI: widened under exact, VPMADDUBSW under faithful); --chunks: the
@@ -270,10 +271,13 @@ def _pack(args, isa: str):
     from jit.pack_kernel import all_kernel_keys, generate, kernel_key
 
     # (generated, not run: the 512-bit ones are listed on any CPU)
+    from jit.column_term import column_term_kernel
+
     kernels = [cache.get_kernel(kernel_key(*key), lambda key=key: generate(*key)) for key in all_kernel_keys()]
     return ["B packed from rows of N and from columns of K: 256-bit code (every ISA path runs it) into the VNNI "
             "layout and the widening one, 512-bit code into the VNNI layout on the 512-bit paths (sums by "
-            "VPDPBUSD with VNNI)"], kernels
+            "VPDPBUSD with VNNI); last, the column term a GEMM's threads make from the sums they packed (an s8 "
+            "A or a zero point: -ao' * colsum + co)"], kernels + [column_term_kernel()]
 
 
 def _gemv(args, isa: str):
