@@ -503,10 +503,13 @@ class Gemm:
 
         pending, self._pending = self._pending, None
         ao_eff = ao + (128 if self.a_type == "s8" else 0)
+        # A B that shares memory with C is packed whole before the product writes C (in
+        # one hand-off, a thread's product could write what another has yet to pack).
+        shared = pending is not None and np.may_share_memory(B, C)
         # The compensation's column term reads B's column sums (an s8 A, a zero point): with
         # bo 0 (no other term reads B) each thread makes it from the sums of the columns it
         # packs, in the product's hand-off (_packing_plan), or numpy after the packing.
-        term = pending is not None and ao_eff != 0 and bo == 0
+        term = pending is not None and ao_eff != 0 and bo == 0 and not shared
         if pending is not None and ao_eff and not term:
             pending.pack()
             pending = None
@@ -529,7 +532,7 @@ class Gemm:
             a = shifted
         fused = None
         if pending is not None:
-            fused = self._packing_plan(pending, plan, (comps, ao_eff) if term else None)
+            fused = None if shared else self._packing_plan(pending, plan, (comps, ao_eff) if term else None)
             if fused is not None:  # (each thread: its packing, [its column term,] its product)
                 point(plan, a, C)
                 fused.run()

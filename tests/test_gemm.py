@@ -364,6 +364,27 @@ def test_in_place_b_overlapping_c_is_packed(isa_path):
                                             C, 16, np.zeros(1, np.int32)))
 
 
+@pytest.mark.parametrize("a_type,ao", [("u8", 0), ("u8", 9), ("s8", 0)])
+def test_packed_b_overlapping_c_on_two_threads(isa_path, a_type, ao):
+    """A B that shares memory with C is packed whole before the product: with the
+    packing in the product's hand-off, one thread's product would write C over columns of
+    B that another has yet to pack. Twice, the second call replayed."""
+    rng = np.random.default_rng(ao)
+    M, N, K = 64, 256, 64  # (AVX-512: 4 tiles of 64 columns, two threads' packing and product split alike)
+    C = np.zeros((M, N), np.int32)
+    B = C.view(np.int8).reshape(-1)[: K * N].reshape(K, N)  # (B over C's first rows)
+    lo = 0 if a_type == "u8" else -128
+    A = rng.integers(lo, lo + 256, (M, K)).astype(np.uint8 if a_type == "u8" else np.int8)
+    g = Gemm(M, N, K, a_type=a_type, isa=isa_path, threads=2)
+    for _ in range(2):
+        B[...] = rng.integers(-128, 128, B.shape)
+        b_before = B.copy()
+        g.execute(A, C, B=B, ao=ao)
+        assert np.array_equal(C, reference.gemm("N", "N", "F", M, N, K, 1.0, A, K, ao, b_before, N, 0, 0.0, C,
+                                                N, np.zeros(1, np.int32)))
+        assert not g.impl_info()["blocking"]["b_packed_with_its_product"]
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("a_type", ["u8", "s8"])
 @pytest.mark.parametrize("kind", ["random", "saturating", "safe", "sparse"])
