@@ -33,7 +33,8 @@ from primitives.reference import op
 from runtime import isa as isa_mod
 from primitives.gemm_driver import (Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, shifts_s8_a_once,
                                     tuned_spec)
-from primitives.gemv_driver import IN_PLACE_ROWS, ChunkedRows, GemvPlan, chunk_kernels, rows_alias, walks_in_chunks
+from primitives.gemv_driver import (CHUNKED_BYTES, IN_PLACE_ROWS, ChunkedRows, GemvPlan, chunk_kernels, rows_alias,
+                                   walks_in_chunks)
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
 
@@ -371,10 +372,13 @@ class Gemm:
             return self._in_place_plans[comp]
         layout, rows, K = self._in_place_layout, self.M, self.K
         # Rows of B that alias in the caches, or many (gemv_driver.walks_in_chunks): each of
-        # 1-2 rows of A walks K in chunks; 3-4 rows walk all of K, but where B's rows alias
-        # (packed: Zen 4, 3 x 4096 x 4096, 1.8 ms against 2.2 walked; 3 x 3000 x 3000, 9 MB,
-        # walked 0.28 ms against 0.52 packed).
-        chunked = layout == "rows" and rows <= _CHUNKED_ROWS and walks_in_chunks(K, self.ldb)
+        # 1-2 rows of A walks K in chunks; 3-4 rows walk all of K (3 x 3000 x 3000, 9 MB:
+        # 0.28 ms against 0.52 packed), but where B's rows alias: packed, or, from 8 MB of
+        # B, each row in chunks too (Zen 4, one / two threads, cached B / from memory:
+        # 3 x 4096 x 4096 1.6 / 1.0, 1.9 / 1.4 ms against 2.4 / 1.6, 2.9 / 2.2 packed;
+        # 4 x 2048 x 2048, 4 MB, packed 0.26 / 0.12 against 0.38 / 0.30 in chunks).
+        chunked = layout == "rows" and walks_in_chunks(K, self.ldb) and (
+            rows <= _CHUNKED_ROWS or rows_alias(K, self.ldb) and K * self.ldb >= CHUNKED_BYTES)
         output = OutputSpec(col_comp=False, accumulate=self.beta == 1.0)
         plan = None
         alias = layout == "rows" and rows_alias(K, self.ldb)

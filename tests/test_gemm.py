@@ -216,16 +216,18 @@ def in_place_expected(isa: str, policy: str, transb: str, M: int, N: int, K: int
     """Whether a Gemm of 1-4 rows, integer mode, reads B given at execution in place:
     AVX-512 takes any N and K; AVX2's dword masks whole dwords of the rows read (N for
     B's rows, K for its columns); rows a multiple of 2048 bytes apart only by 1-2 rows
-    of A (K in chunks, a row at a time, as for 8 MB of rows or more), more are packed;
-    the rows kernel holds the rows its registers leave room for (fewer with column sums)."""
+    of A (K in chunks, a row at a time, as for 8 MB of rows or more), more are packed,
+    but from 8 MB of them (a row at a time in chunks too); the rows kernel holds the rows
+    its registers leave room for (fewer with column sums)."""
     from jit.dot import fast_path, widening_path
     from jit.gemv_kernel import rows_max
     from jit.output import OutputSpec
 
     alias = transb == "N" and K >= 16 and ldb % 2048 == 0
-    if alias and M > 2:
+    big = K >= 16 and K * ldb >= 8 << 20
+    if alias and M > 2 and not big:
         return False
-    chunked = transb == "N" and M <= 2 and (alias or K >= 16 and K * ldb >= 8 << 20)  # (3-4 rows: all of K)
+    chunked = transb == "N" and (M <= 2 and (alias or big) or alias and big)  # (else 3-4 rows: all of K)
     if not (isa.startswith("avx512") or (N if transb == "N" else K) % 4 == 0):
         return False
     path = widening_path(isa) if policy == "exact" and not isa.endswith("vnni") else fast_path(isa)
@@ -334,14 +336,16 @@ def test_b_packed_with_its_product(isa_path, threads, M, N, K, transb, shift, mo
 def test_one_row_times_8_mb_of_b_rows(isa_path, policy):
     """1 x 2100 x 4000: B's rows (8.4 MB, not aliasing) read in place in chunks of K (but
     where the 256-bit kernel has no room for the column sums: packed), with a zero point
-    and beta 1 or without; equal to the model."""
-    for ao, beta in ((3, 1.0), (0, 0.0)):
-        _, _, info = run_and_check(isa=isa_path, policy=policy, M=1, N=2100, K=4000, ao=ao, bo=-2, beta=beta,
-                                   offsetc="R", seed=8, api="execute")
-        if in_place_expected(isa_path, policy, "N", 1, 2100, 4000, 2100, "u8", ao, beta):
-            assert info["runtime_weights"].startswith("read in place by gemv_rows1_"), info
-        else:
-            assert "runtime_weights" not in info and ao and not isa_path.startswith("avx512"), info
+    and beta 1 or without; 3 x 2048 x 4096 (8 MB of aliasing rows): each row in chunks
+    too; equal to the model."""
+    for M, N, K in ((1, 2100, 4000), (3, 2048, 4096)):
+        for ao, beta in ((3, 1.0), (0, 0.0)):
+            _, _, info = run_and_check(isa=isa_path, policy=policy, M=M, N=N, K=K, ao=ao, bo=-2, beta=beta,
+                                       offsetc="R", seed=8, api="execute")
+            if in_place_expected(isa_path, policy, "N", M, N, K, N, "u8", ao, beta):
+                assert info["runtime_weights"].startswith("read in place by gemv_rows1_"), info
+            else:
+                assert "runtime_weights" not in info and ao and not isa_path.startswith("avx512"), info
 
 
 def test_in_place_b_overlapping_c_is_packed(isa_path):
