@@ -33,8 +33,8 @@ from primitives.reference import op
 from runtime import isa as isa_mod
 from primitives.gemm_driver import (Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, shifts_s8_a_once,
                                     tuned_spec)
-from primitives.gemv_driver import (CHUNKED_BYTES, IN_PLACE_ROWS, ChunkedRows, GemvPlan, chunk_kernels, rows_alias,
-                                   walks_in_chunks)
+from primitives.gemv_driver import (CHUNKED_BYTES, IN_PLACE_ROWS, ChunkedRows, GemvPlan, chunk_kernels,
+                                   partial_columns, rows_alias, walks_in_chunks)
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
 
@@ -72,9 +72,8 @@ class _Comps:
     key: tuple
     kernel: object
     out: OutputArgs
-    co_col: object = 0  # integer mode: co's part of the column compensation
-    sums: np.ndarray | None = None  # int64 scratch: the column term of a B packed at each call
-    add: np.ndarray | None = None  # int32, the column term's part that is not B's (jit.column_term's add)
+    sums: np.ndarray  # int64 scratch: the column term of a B packed at each call
+    add: np.ndarray  # int32: the column term's part that is not B's sums (K*ao'*bo, co; jit.column_term's add)
 
 
 @dataclass(frozen=True)
@@ -377,20 +376,20 @@ class Gemm:
         # B, each row in chunks too (Zen 4, one / two threads, cached B / from memory:
         # 3 x 4096 x 4096 1.6 / 1.0, 1.9 / 1.4 ms against 2.4 / 1.6, 2.9 / 2.2 packed;
         # 4 x 2048 x 2048, 4 MB, packed 0.26 / 0.12 against 0.38 / 0.30 in chunks).
+        alias = layout == "rows" and rows_alias(K, self.ldb)
         chunked = layout == "rows" and walks_in_chunks(K, self.ldb) and (
-            rows <= _CHUNKED_ROWS or rows_alias(K, self.ldb) and K * self.ldb >= CHUNKED_BYTES)
+            rows <= _CHUNKED_ROWS or alias and K * self.ldb >= CHUNKED_BYTES)
         output = OutputSpec(col_comp=False, accumulate=self.beta == 1.0)
         plan = None
-        alias = layout == "rows" and rows_alias(K, self.ldb)
         if rows <= IN_PLACE_ROWS and (chunked or not alias) \
                 and takes(path, K, self.N if layout == "rows" else None, 1 if chunked else rows, comp, output):
             isa_mod.require_path(self.isa)
             s8, lda, ldc = self.a_type == "s8", self.lda if self.transa == "N" else self.K, 4 * self.ldc
             if chunked:
                 kernels = chunk_kernels(path, s8, comp, output)
-                whole = -(-self.N // 64) * 64
                 plans = [(ChunkedRows(kernels, self.N, K, self.ldb, ldc, OutputArgs(col_comp=None), self.threads,
-                                      np.zeros(whole, np.int32)), i * lda, i * ldc) for i in range(rows)]
+                                      np.zeros(partial_columns(self.N), np.int32)), i * lda, i * ldc)
+                         for i in range(rows)]
             else:
                 kernel = gemv_kernel(path, s8, comp, output, layout, rows)
                 plans = [(GemvPlan(kernel, rows, self.N, K, lda, self.ldb, ldc, OutputArgs(col_comp=None),
@@ -608,14 +607,6 @@ class Gemm:
             calls.append((function, args))
         return calls
 
-    def _cached_comps(self, packed: PackedB, ao: int, bo: int, co) -> "_Comps | None":
-        """The compensation of the last call where this call's is the same (B's column sums
-        aside): the same B buffers, ao and co, and bo 0."""
-        cached = self._comps_cache
-        if cached is not None and bo == 0 and cached.key == (id(packed), ao, bo, None if co is None else co.tobytes()):
-            return cached
-        return None
-
     def _compensation(self, packed: PackedB, choice: Choice, a, lda, ao: int, bo: int, co,
                       new_sums: bool = True) -> "_Comps":
         """Offsets folded into the output stage, and the kernel that applies them.
@@ -630,9 +621,9 @@ class Gemm:
         :meth:`_packing_plan`; what this leaves in the term is overwritten).
         """
         key = (id(packed), ao, bo, None if co is None else co.tobytes())
+        cached = self._comps_cache
         ao_eff = ao + (128 if self.a_type == "s8" else 0)
-        cached = self._cached_comps(packed, ao, bo, co)
-        if cached is not None:
+        if cached is not None and cached.key == key and bo == 0:
             if ao_eff and packed is self._last_packed and new_sums:  # B packed at this call: its sums anew
                 self._new_sums(cached, packed, ao_eff)
             return cached
@@ -640,8 +631,7 @@ class Gemm:
         # oneDNN's letters: 'C' a column vector (M values, one per row), 'R' a row vector (N).
         co_len = {"F": 1, "C": M, "R": N}[self.offsetc]
         co_flat = np.zeros(co_len, np.int32) if co is None else co.reshape(-1)
-        col = -ao_eff * packed.colsum + K * ao_eff * bo
-        co_col = 0
+        add = np.full(len(packed.colsum), K * ao_eff * bo, np.int64)  # (the column term but B's sums)
         row = None
         if bo != 0:
             rows = op(a, "N", M, K, lda).astype(np.int64).sum(axis=1)
@@ -651,15 +641,14 @@ class Gemm:
             if self.offsetc == "C":
                 row = (row if row is not None else 0) + co_flat[:M].astype(np.int64)
             else:
-                co_col = co_flat[:N] if self.offsetc == "R" else co_flat[0]
-                col[:N] += co_col
+                add[:N] += co_flat[:N] if self.offsetc == "R" else co_flat[0]
         elif co is not None and self.offsetc == "C":
             out_bias = Operand(np.ascontiguousarray(co_flat[:M], np.float32), "row")
         elif co is not None:
             bias = np.zeros(packed.tiles * packed.tile_n, np.float32)
             bias[:N] = co_flat[:N] if self.offsetc == "R" else co_flat[0]
             out_bias = Operand(bias, "col")
-        out = OutputArgs(col_comp=_wrap32(col),
+        out = OutputArgs(col_comp=_wrap32(-ao_eff * packed.colsum + add),
                          row_comp=None if row is None else _wrap32(np.broadcast_to(row, (M,))))
         if self.float_mode:
             out.scale = Operand(np.array([self.alpha], np.float32), "common")
@@ -671,10 +660,7 @@ class Gemm:
                               post_ops=(SumOp("s32"),) if self.beta != 0.0 else ())
         else:
             spec = OutputSpec(row_comp=out.row_comp is not None, accumulate=self.beta == 1.0)
-        add = np.zeros(len(col), np.int64)
-        if not self.float_mode and self.offsetc != "C":
-            add[:N] += co_col
-        comps = _Comps(key, self._kernel(choice, spec), out, co_col, np.empty_like(packed.colsum), _wrap32(add))
+        comps = _Comps(key, self._kernel(choice, spec), out, np.empty_like(packed.colsum), _wrap32(add))
         self._comps_cache = comps
         return comps
 
@@ -682,8 +668,7 @@ class Gemm:
         """The column term of ``comps`` anew from the column sums of a B packed at this
         call (bo 0: no other term reads B)."""
         col = np.multiply(packed.colsum, -ao_eff, out=comps.sums)
-        if not self.float_mode and self.offsetc != "C":
-            col[:self.N] += comps.co_col
+        col += comps.add
         np.copyto(comps.out.col_comp.view(np.uint32), col, casting="unsafe")  # (modulo 2^32)
 
     def _plan(self, comps: "_Comps", packed: PackedB, lda: int) -> Plan:

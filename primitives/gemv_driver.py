@@ -57,7 +57,8 @@ ALIASING_ROW_BYTES = 2048
 # 8 MB walking all of K ran as fast or faster (1 x 1000 x 4096: 103 / 62 us, in chunks
 # 116 / 82). A GEMM of two rows walks a row at a time (2 x 4096 x 4096: 0.96 / 0.54 ms
 # against 2.1 / 1.0 packed); 3-4 rows in chunks of 16 gained on one thread and lost on
-# two: they walk all of K.
+# two: they walk all of K, but a row at a time in chunks over 8 MB of aliasing rows
+# (primitives.gemm's _in_place).
 CHUNK_ROWS = 8
 CHUNKED_BYTES = 8 << 20
 
@@ -66,6 +67,12 @@ def rows_alias(k: int, ldw: int) -> bool:
     """Whether the rows kernel's walk down K rows ``ldw`` bytes apart overflows the cache
     sets they share (see ALIASING_ROW_BYTES; a walk of up to 15 rows does not)."""
     return k >= 2 * CHUNK_ROWS and ldw % ALIASING_ROW_BYTES == 0
+
+
+def partial_columns(n: int) -> int:
+    """The length of a :class:`ChunkedRows` partial sums' vector for ``n`` columns: whole
+    64-column vectors (the output stage reads whole vectors)."""
+    return -(-n // 64) * 64
 
 
 def walks_in_chunks(k: int, ldw: int) -> bool:
@@ -183,7 +190,7 @@ class ChunkedRows:
                  partial: np.ndarray) -> None:
         first, middle, last = kernels
         n = K // CHUNK_ROWS
-        if n < 2 or partial.dtype != np.int32 or partial.size < -(-N // 64) * 64:  # (a whole last vector)
+        if n < 2 or partial.dtype != np.int32 or partial.size < partial_columns(N):
             raise RuntimeError(f"internal: {K} rows in chunks of {CHUNK_ROWS}, or the partial sums' buffer")
         ch, work = CHUNK_ROWS, N * K
         rest = K - (n - 1) * ch
