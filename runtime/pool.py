@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 from jit import pool_kernel as pk
 from runtime.env import env_int

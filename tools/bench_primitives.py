@@ -77,7 +77,7 @@ import time
 from pathlib import Path
 
 from runtime.isa import LADDER
-from tools.bench_problems import chain_groups, pool_src, problems_for
+from tools.bench_problems import chain_groups, pool_spatial, pool_src, problems_for
 from tools.bench_report import Result, check_outputs, columns, fmt, format_header, format_row, markdown_table, write_csv
 from tools.bench_sides import OneDNNServer, RemoteSide, Unavailable, int8jit_setup, onednn_setup, torch_conv_setup
 from tools.bench_timing import (GOMP_SPINCOUNT, REPO_ROOT, Series, best_isa, cpu_brand, first_call_s, in_turn,
@@ -136,7 +136,7 @@ def run_problem(server, case, variants, isa, threads, min_time, min_rounds, chec
     elif check and case["prim"] == "pool" and "onednn" in outputs:
         from primitives.pooling_ref import pooling_ref
 
-        nd = 3 if "D" in case else 2
+        nd = len(pool_spatial(case))
         ref = pooling_ref(pool_src(case), case["alg"], (case["K"],) * nd, (case["S"],) * nd, (case["P"],) * nd,
                           (case["P"],) * nd)
         r.check = "ref " + check_outputs(ref, outputs["onednn"].output())
