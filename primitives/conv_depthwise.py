@@ -574,7 +574,8 @@ class DepthwiseConv(Primitive):
         """
         local = self._set_local(args if type(args) is dict else None)
         replay = local.replay
-        if replay is not None and type(args) is dict and not verbose.enabled("exec") and replay.matches(args):
+        if replay is not None and type(args) is dict and not verbose.enabled("exec") \
+                and (replay.matches(args) or replay.moves(args)):  # (moves: new arrays, Replay.moves)
             replay.run()
             return
         local.replay = None
@@ -620,7 +621,7 @@ class DepthwiseConv(Primitive):
         local = self._local.cur
         function, structs = local.held[0].function, local.structs
         run = partial(function, structs[0]) if len(structs) == 1 else self._call_plan(function, structs).run
-        replay = Replay(run)
+        replay = Replay(run, move=lambda arrays: self._point(structs, arrays))
         if replay.remember(args, self._by_value, (DST,)):
             local.replay = replay
 
@@ -808,22 +809,26 @@ class DepthwiseConv(Primitive):
                 s.wei, s.scale, s.bias, s.dst_zp = w_ptr, params.scale, params.bias, params.dst_zp
                 s.dst_scale_inv, s.zp, s.comp = params.dst_scale_inv, params.zp, comp_ptr
             local.held = (params, wpacked, comp)  # also keeps what the structs point to alive
-        # src and dst are dense (the descriptors' nhwc): cffi's buffer route always takes them
-        src_ptr, dst_ptr = _from_buffer(src), _from_buffer(dst)
         if len(structs) == 1 and not self.pd._binary:  # the common case, in fewest steps
             s = structs[0]
-            s.src0, s.dst0 = src_ptr, dst_ptr
+            # src and dst are dense (the descriptors' nhwc): cffi's buffer route always takes them
+            s.src0, s.dst0 = _from_buffer(src), _from_buffer(dst)
             params.function(s)
             return True
-        # Binary operands: their base, every chunk; the output stage adds the pixel's index,
-        # which counts from the chunk's pix0 already (an offset here counted it twice).
+        self._point(structs, a)
+        self._call_plan(params.function, structs).run()
+        return True
+
+    def _point(self, structs: list, a: dict) -> None:
+        """The structs at the arrays of ``a`` (name -> ndarray): src, dst and the binary
+        operands, whose base every chunk takes (the output stage adds the pixel's index,
+        which counts from the chunk's pix0 already: an offset here would count it twice)."""
+        src_ptr, dst_ptr = _from_buffer(a[SRC]), _from_buffer(a[DST])
         binaries = [(i, pointer_to(a[post_op_src1(i)])) for i, _ in self.pd._binary]
         for s, (_, src_off, dst_off, _pix0) in zip(structs, self._chunks):
             s.src0, s.dst0 = src_ptr + src_off, dst_ptr + dst_off
             for i, base in binaries:
                 s.po_src[i] = base
-        self._call_plan(params.function, structs).run()
-        return True
 
 
 def depthwise_conv_desc(*args, **kwargs) -> DepthwiseConvDesc:

@@ -332,9 +332,7 @@ class Gemm:
             return None, decide(self.isa, self.policy, None, self.N)
         # op(B) as a view (no gather: 4096 x 4096 transposed took 110 ms a call that way);
         # a transposed one is packed from its columns of K bytes
-        stored = (self.K, self.N) if self.transb == "N" else (self.N, self.K)
-        b_kn = _rows_view(B, *stored, self.ldb)
-        b_kn = b_kn if self.transb == "N" else b_kn.T
+        b_kn = self._b_kn(B)
         if not proof and vnni_packs(b_kn):
             # B given at execution: one packer (its buffers, so the plan) for every call
             columns = b_kn.strides[-1] != 1
@@ -348,6 +346,12 @@ class Gemm:
             self._pending = packer
             return packer.packed, choice
         return pack_weights(b_kn, self.isa, self.policy, proof=proof, runtime=not proof)
+
+    def _b_kn(self, B: np.ndarray) -> np.ndarray:
+        """op(B) as a K x N view of B."""
+        stored = (self.K, self.N) if self.transb == "N" else (self.N, self.K)
+        b_kn = _rows_view(B, *stored, self.ldb)
+        return b_kn if self.transb == "N" else b_kn.T
 
     def _runtime_choice(self) -> Choice:
         """The decision for a B given at execution (:func:`runtime_choice`), made once: the
@@ -403,13 +407,13 @@ class Gemm:
         """C from B read in place: the kernel's sum of (A - ao) B (beta 1: added to C),
         then, on C's 1-4 rows, what it leaves: -bo * (rowsum(A) - K*ao) and co, wrapping
         as the packed path's compensation does (both are sums modulo 2^32). Returns the
-        call again (the kernels pointed at these arrays), or None where A was copied."""
+        call again (the kernels pointed at these arrays) and the call that points them at
+        new ones (as :meth:`_execute`), or None where A was copied."""
         M, K = self.M, self.K
         a, lda = A, self.lda
         if self.transa == "T":
             a, lda = np.ascontiguousarray(op(A, "T", M, K, self.lda)), K
-        for gemv, a_at, c_at in plan.plans:
-            gemv.point(a, B, C, ao, (a_at, 0), c_at)
+        self._point_in_place(plan, a, B, C, ao)
         plan.calls.run()
         self._last_in_place = plan.name
         fixes = bo or (co is not None and co.any())  # (the one-off calls' co of zeros: nothing to add)
@@ -417,8 +421,17 @@ class Gemm:
             self._in_place_fix(a, lda, C, ao, bo, co)
         if a is not A:
             return None
-        run = plan.calls.run
-        return (lambda: (run(), self._in_place_fix(a, lda, C, ao, bo, co))) if fixes else run
+        run, now = plan.calls.run, [a, C, co]  # (the fix reads them at every call)
+
+        def move(arrays: dict) -> None:
+            now[:] = arrays["A"], arrays["C"], arrays.get("co")
+            self._point_in_place(plan, arrays["A"], arrays["B"], arrays["C"], ao)
+        return ((lambda: (run(), self._in_place_fix(now[0], lda, now[1], ao, bo, now[2]))) if fixes else run), move
+
+    @staticmethod
+    def _point_in_place(plan: "_InPlace", a, B, C, ao: int) -> None:
+        for gemv, a_at, c_at in plan.plans:
+            gemv.point(a, B, C, ao, (a_at, 0), c_at)
 
     def _in_place_fix(self, a, lda: int, C, ao: int, bo: int, co) -> None:
         """What the in-place kernels leave of the offsets, added on C's 1-4 rows."""
@@ -456,24 +469,28 @@ class Gemm:
         type and writability, co's values and the offsets the same) runs that call's
         kernels again without checking and setting up (:class:`primitives.base.Replay`,
         as a primitive's ``execute`` does): the kernels read the arrays' values as they
-        are now, and B is packed again where the last call packed it.
+        are now, and B is packed again where the last call packed it. New arrays of the
+        same shapes, types and strides (co's values the same, C over none of the others)
+        take that call too, its kernels pointed at them (``Replay.moves``).
         """
         replay = self._replay
-        if replay is not None and type(ao) is int and type(bo) is int and replay[0] == (ao, bo) \
-                and replay[1].matches(_gemm_args(A, B, C, co)):
-            replay[1].run()
-            return
+        if replay is not None and type(ao) is int and type(bo) is int and replay[0] == (ao, bo):
+            args = _gemm_args(A, B, C, co)
+            if replay[1].matches(args) or replay[1].moves(args):  # (moves: new arrays of the same layouts)
+                replay[1].run()
+                return
         self._replay = None
         again = self._execute(A, C, B, ao, bo, co)
         if again is not None and type(ao) is int and type(bo) is int:
-            record = Replay(again)
+            record = Replay(again[0], move=again[1])
             if record.remember(_gemm_args(A, B, C, co), ("co",), ("C",)):
                 self._replay = ((ao, bo), record)
 
     def _execute(self, A, C, B, ao, bo, co):
         """:meth:`execute`'s checks and set-up, then the call; returns the call to run again
-        for the same arrays (None where it copies one: a transposed or short-K A, a B
-        packed by numpy; or reads A's values to set up: bo's row term)."""
+        for the same arrays and the call that points it at new ones, ``(again, move)``
+        (None where it copies one: a transposed or short-K A, a B packed by numpy; or
+        reads A's values to set up: bo's row term)."""
         M, N, K = self.M, self.N, self.K
         lo, hi = (0, 255) if self.a_type == "u8" else (-128, 127)
         ao = check_int_range("ao", ao, lo, hi)
@@ -551,7 +568,10 @@ class Gemm:
         if source is not A or bo or B is not None and packer is None:
             return None
         calls = fused.run if fused is not None else plan.calls.run
-        view = _rows_view(A, M, shifted.shape[1], lda).view(np.uint8) if shifted is not None else None
+
+        def rows_of(A):  # A's rows the xor reads, where A is shifted
+            return _rows_view(A, M, shifted.shape[1], lda).view(np.uint8) if shifted is not None else None
+        view = rows_of(A)
 
         def again():
             if fused is not None:
@@ -563,7 +583,14 @@ class Gemm:
             if view is not None:
                 np.bitwise_xor(view, 0x80, out=shifted)
             calls()
-        return again
+
+        def move(arrays: dict) -> None:  # (Replay.moves: new arrays, the same layouts)
+            nonlocal view
+            if packer is not None:
+                packer.point(self._b_kn(arrays["B"]))
+            view = rows_of(arrays["A"])
+            point(plan, arrays["A"] if shifted is None else shifted, arrays["C"])
+        return again, move
 
     def _packing_plan(self, packer: VnniPacker, plan: Plan, term: tuple | None = None) -> CallPlan | None:
         """One hand-off for the packing and the product where each thread's product reads

@@ -583,7 +583,27 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if spread:
             together = CallPlan.spread([r[0].calls for r in runs], pd.threads, first_calls or None)
             together.run()
-        return self._replay(runs, keep, mem[WEIGHTS].desc.is_packed, together) if kept else None
+        if not kept:
+            return None
+        replay = self._replay(runs, keep, mem[WEIGHTS].desc.is_packed, together)
+        if replay is not None and items == 1 and not pd._binary and runs[0][3] in (None, _read_in_place) \
+                and runs[0][1] is None:  # one GEMM on the caller's arrays: new ones are pointed at
+            replay.move = self._mover(runs[0][0], mem[WEIGHTS].desc, runs[0][3] is not None, rows, zp_src)
+        return replay
+
+    def _mover(self, plan, wdesc, in_place: bool, rows: int, zp_src: int):
+        """:class:`Replay`'s ``move`` for one GEMM's plan (on packed weights, or reading
+        the weights ``in_place``): its structs pointed at new arrays."""
+        K, N = self.pd.K, self.pd.N
+
+        def move(arrays: dict) -> None:
+            a, c = arrays[SRC].reshape(-1, rows, K)[0], arrays[DST].reshape(-1, rows, N)[0]  # (as _execute's)
+            if in_place:
+                w = self._in_place_weights(self._weights_view(Memory.trusted(wdesc, arrays[WEIGHTS])), 0)
+                plan.point(a, w, c, zp_src)
+            else:
+                point(plan, a, c)
+        return move
 
     def _replay(self, runs: list, keep: list, packed_weights: bool, together: CallPlan | None = None
                 ) -> Replay | None:

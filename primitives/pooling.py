@@ -337,7 +337,7 @@ class Pooling(Primitive):
         if self._route != "nchw_transpose":  # (src and dst apart: checked by execute)
             run = self._calls(src, dst)  # the same arrays next time: checked already
             run()
-            return Replay(run)
+            return Replay(run, move=lambda arrays: self._point(run, arrays[SRC], arrays[DST]))
         self._pool(src, dst)
         return Replay(lambda: self._pool(src, dst))
 
@@ -382,19 +382,26 @@ class Pooling(Primitive):
     def _calls(self, src: np.ndarray, dst: np.ndarray):
         """A call that pools ``src`` into ``dst``: one kernel call per thread chunk, on
         structs of its own (the kernel only reads them, so the call can repeat as it is)."""
-        src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
         calls = []
-        for template, src_off, dst_off in self._chunks:
+        for template, _, _ in self._chunks:
             s = ffi.new("struct i8j_pool_args *")
             ffi.memmove(s, template, len(template))
-            s.src, s.dst = src_ptr + src_off, dst_ptr + dst_off
             calls.append([(self._fn, s)])
         if len(calls) == 1:
             run = functools.partial(self._fn, calls[0][0][1])
         else:
             run = functools.partial(CallPlan(calls).run)
-        run.keep = (src, dst)  # the arrays the structs point at stay alive with the call
+        run.structs = [c[0][1] for c in calls]
+        self._point(run, src, dst)
         return run
+
+    def _point(self, run, src: np.ndarray, dst: np.ndarray) -> None:
+        """``run``'s structs (:meth:`_calls`) at ``src`` and ``dst``: a replay moved to new
+        arrays (Replay.moves) as well as a new call."""
+        src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
+        for s, (_, src_off, dst_off) in zip(run.structs, self._chunks):
+            s.src, s.dst = src_ptr + src_off, dst_ptr + dst_off
+        run.keep = (src, dst)  # the arrays the structs point at stay alive with the call
 
 
 def _spatial_pairs(name: str, value, nd: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

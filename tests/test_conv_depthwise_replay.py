@@ -57,8 +57,10 @@ def _model(args, w, stride=1):
 
 
 def _fresh(p, args) -> np.ndarray:
-    """The full path's result: copies of every argument (no replay can match them)."""
+    """The full path's result, on copies of every argument (the argument set's replay
+    forgotten first: it could move to the copies, Replay.moves)."""
     copy = {k: (v if isinstance(v, Memory) else v.copy()) for k, v in args.items()}
+    p._set_local(copy).replay = None
     p.execute(copy)
     return copy["dst"]
 
@@ -111,6 +113,39 @@ def test_replay_follows_in_place_changes(threads, packed, binary, zp, stride, mo
         args["weights"][:5] = -args["weights"][:5] // 2
         p.execute(args)
         np.testing.assert_array_equal(args["dst"], _model(args, args["weights"], stride))
+
+
+@pytest.mark.parametrize("threads,packed,binary", [(1, True, False), (2, True, True), (1, False, True),
+                                                   (2, False, False)])
+def test_new_arrays_move_the_replay(threads, packed, binary, monkeypatch):
+    """New arrays of the same layouts at every call (a new source and dst, equal copies of
+    the rest, plain weights included): the replay is pointed at them, with no set-up;
+    every result is the model's, and the last call's dst is left alone."""
+    from primitives import conv_depthwise, primitive_cache
+
+    with monkeypatch.context() as m:
+        m.setattr(conv_depthwise, "_MIN_MACS_PER_THREAD", 1)
+        primitive_cache.clear()
+        p, args, w = _layer(threads=threads, packed=packed, binary=binary)
+        primitive_cache.clear()
+    p.execute(args)
+    rng = np.random.default_rng(8)
+    last = args
+    for _ in range(3):
+        new = {k: v if isinstance(v, Memory) else v.copy() for k, v in args.items()}
+        new["src"] = rng.integers(0, 256, args["src"].shape).astype(np.uint8)
+        new["dst"] = np.zeros_like(args["dst"])
+        if binary:
+            new["post_op:1:src_1"] = rng.normal(0, 5, args["post_op:1:src_1"].shape).astype(np.float32)
+        before = last["dst"].copy()
+        with monkeypatch.context() as m:
+            _refuse_setup(p, m)
+            p.execute(new)
+        np.testing.assert_array_equal(new["dst"], _model(new, w))
+        np.testing.assert_array_equal(last["dst"], before)
+        last = new
+    p.execute(dict(last, **{"scales:dst": np.float32([0.5])}))  # other values: the full path
+    np.testing.assert_array_equal(last["dst"], _model(dict(last, **{"scales:dst": np.float32([0.5])}), w))
 
 
 def test_replay_not_taken_when_arrays_change():

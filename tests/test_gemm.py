@@ -564,14 +564,18 @@ def repeat_cases(draw):
     return draw_offsets(draw, case)
 
 
+@pytest.mark.parametrize("arrays", ["same", "new"])
 @pytest.mark.parametrize("policy", POLICIES)
 @PROPERTY
 @given(case=repeat_cases())
-def test_repeated_calls_on_the_same_arrays(isa_path, policy, case, monkeypatch):
+def test_repeated_calls_on_the_same_arrays(isa_path, policy, arrays, case, monkeypatch):
     """A call with the last call's arrays replays its kernels (Gemm.execute's Replay): new
     values in A, B and C each call, co's values changed once (the full path again), C
     made read-only (refused, not replayed); every result as the model's, and the set-up
-    run only where something changed (or where the call copies A or reads its values)."""
+    run only where something changed (or where the call copies A or reads its values).
+    ``arrays`` "new": new objects of the same layouts at every call (A, B, C, and co with
+    the same values), which the replay moves to (Replay.moves); the last call's C is
+    left alone."""
     from primitives import gemm as gemm_mod
 
     full = []
@@ -592,7 +596,11 @@ def test_repeated_calls_on_the_same_arrays(isa_path, policy, case, monkeypatch):
     ldb = B.shape[1]
     faithful = faithful_model(policy, isa_path)
     g = None
+    last = None  # (arrays "new": the last call's C, and what it holds)
     for step in range(4):
+        if arrays == "new" and step:
+            A, C, co = np.empty_like(A), np.empty_like(C), co.copy()
+            B = B if api == "create" else np.empty_like(B)
         A[...] = rng.integers(lo, lo + 256, A.shape)
         if step == 0 or api != "create":
             B[...] = rng.integers(-128, 128, B.shape)
@@ -611,6 +619,9 @@ def test_repeated_calls_on_the_same_arrays(isa_path, policy, case, monkeypatch):
                          beta=beta, policy=policy, isa=isa_path, threads=threads, B=B if api == "create" else None)
             g.execute(A, C, B=None if api == "create" else B, ao=ao, bo=bo, co=co)
         np.testing.assert_array_equal(C, want, err_msg=f"step {step}")
+        if last is not None:
+            np.testing.assert_array_equal(last[0], last[1], err_msg=f"step {step}: the last call's C")
+        last = (C, C.copy()) if arrays == "new" else None
     # Replayed unless A is copied (transposed, K < 4) or bo's row term reads A's values
     # on the packed path (the in-place path adds it after the kernels, replayed or not).
     kept = g if g is not None else list(gemm_mod._one_off.gemms.values())[-1]  # (the last used is last)

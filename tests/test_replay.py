@@ -13,7 +13,7 @@ from primitives.reorder import reorder_desc
 from tests.conftest import check_dst_changed_in_place
 
 
-def _conv(ic=3, pad=1, k=3, oc=24, user=False, bias_shift=0.0):
+def _conv(ic=3, pad=1, k=3, oc=24, user=False, bias_shift=0.0, threads=None, dst_tag="nhwc"):
     """A small stem-like layer (ic=3: channels padded through the word copy) with the whole pipeline."""
     rng = np.random.default_rng(ic * 10 + pad)
     attr = Attr(scales={"weights": 1, "dst": 0}, zero_points={"src": 0},
@@ -21,14 +21,14 @@ def _conv(ic=3, pad=1, k=3, oc=24, user=False, bias_shift=0.0):
     hw = 9
     out = hw + 2 * pad - k + 1
     pd = ConvolutionDesc(desc((1, ic, hw, hw), "u8", "nhwc"), desc((oc, ic, k, k), "s8", "any"),
-                         desc((1, oc, out, out), "u8", "nhwc"), desc((oc,), "f32", "a"),
-                         padding_l=(pad, pad), attr=attr)
+                         desc((1, oc, out, out), "u8", dst_tag), desc((oc,), "f32", "a"),
+                         padding_l=(pad, pad), attr=attr, threads=threads)
     w = Memory(pd.weights_desc())
     reorder_desc(desc((oc, ic, k, k), "s8", "oihw"), pd.weights_desc()).create().execute(
         {"src": rng.integers(-128, 128, (oc, ic, k, k)).astype(np.int8), "dst": w})
     args = {"src": rng.integers(0, 256, (1, hw, hw, ic)).astype(np.uint8), "weights": w,
             "bias": (rng.normal(0, 50, oc) + bias_shift).astype(np.float32),
-            "dst": np.zeros((1, out, out, oc), np.uint8),
+            "dst": np.zeros((1, out, out, oc) if dst_tag == "nhwc" else (1, oc, out, out), np.uint8),
             "scales:weights": rng.uniform(0.5, 2, oc).astype(np.float32) / (ic * k * k * 40),
             "scales:dst": np.float32([0.25]), "zero_points:src": np.int32([7])}
     if user:
@@ -37,8 +37,10 @@ def _conv(ic=3, pad=1, k=3, oc=24, user=False, bias_shift=0.0):
 
 
 def _fresh(p, args) -> np.ndarray:
-    """The full path's result: copies of every argument (no replay can match them)."""
+    """The full path's result, on copies of every argument (this thread's replays
+    forgotten first: one could move to the copies, Replay.moves)."""
     copy = {k: (v if isinstance(v, Memory) else v.copy()) for k, v in args.items()}
+    p._forget_replays()
     p.execute(copy)
     return copy["dst"]
 
@@ -156,6 +158,42 @@ def test_pooling_replay(tag, monkeypatch):
     logical = np.moveaxis(x, -1, 1) if tag == "nhwc" else x
     expect = pooling_ref(np.moveaxis(logical, 1, -1), "avg_exclude_padding", (3, 3), (2, 2), (1, 1), (1, 1))
     np.testing.assert_array_equal(np.moveaxis(y, -1, 1) if tag == "nhwc" else y, np.moveaxis(expect, -1, 1))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("tag", ["nhwc", "nchw"])
+def test_pooling_moves_to_new_arrays(tag, threads, monkeypatch):
+    """New source and dst arrays at every call: the replay is pointed at them (channels
+    last, or NCHW read as one channel per image) or set up again (NCHW transposed); every
+    result is the model's, the last call's dst left alone."""
+    from primitives import pooling, primitive_cache
+    from primitives.pooling import PoolingDesc
+    from primitives.pooling_ref import pooling_ref
+
+    with monkeypatch.context() as m:  # a small pooling takes one thread: split this one anyway
+        m.setattr(pooling, "_MIN_BYTES_PER_THREAD", 1)
+        primitive_cache.clear()
+        p = PoolingDesc("pooling_max", desc((2, 5, 7, 6), "u8", tag), desc((2, 5, 4, 3), "u8", tag), 2, 3, 1, 1,
+                        threads=threads).create()
+        primitive_cache.clear()
+    assert len(p._chunks) == threads
+    rng = np.random.default_rng(4)
+    shape_x, shape_y = ((2, 7, 6, 5), (2, 4, 3, 5)) if tag == "nhwc" else ((2, 5, 7, 6), (2, 5, 4, 3))
+    last = None
+    for i in range(3):
+        x = rng.integers(0, 256, shape_x).astype(np.uint8)
+        y = np.zeros(shape_y, np.uint8)
+        before = None if last is None else last.copy()
+        with monkeypatch.context() as m:
+            if i and p._route != "nchw_transpose":
+                _no_setup(p, m)
+            p.execute({"src": x, "dst": y})
+        logical = np.moveaxis(x, -1, 1) if tag == "nhwc" else x
+        expect = np.moveaxis(pooling_ref(np.moveaxis(logical, 1, -1), "max", (3, 3), (2, 2), (1, 1), (1, 1)), -1, 1)
+        np.testing.assert_array_equal(np.moveaxis(y, -1, 1) if tag == "nhwc" else y, expect)
+        if last is not None:
+            np.testing.assert_array_equal(last, before)
+        last = y
 
 
 def test_thread_count_is_part_of_the_primitive_identity():
@@ -550,3 +588,130 @@ def test_new_user_scratchpads_on_every_call_are_not_all_kept():
         np.testing.assert_array_equal(c, a.astype(np.int64) @ w.astype(np.int64))
     gc.collect()
     assert len(p._sp_views) <= matmul._VIEWS_KEPT and first() is None
+
+
+# ------------------------------------------------------------------ new arrays: moved replays
+def _matmul_case(m: int, runtime: bool, threads: int):
+    """A matmul with the whole pipeline; weights packed through ``any``, or plain ones
+    given at every call (``runtime``: read in place at 1-4 rows, else packed per call)."""
+    rng = np.random.default_rng(m)
+    k, n = 40, 48
+    attr = Attr(scales={"src": 0, "weights": 2, "dst": 0}).set_post_ops(PostOps().eltwise("relu"))
+    pd = MatmulDesc(desc((m, k), "u8", "ab"), desc((k, n), "s8", "ab" if runtime else "any"),
+                    desc((m, n), "u8", "ab"), desc((n,), "f32", "a"), attr=attr, threads=threads)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    if not runtime:
+        packed = Memory(pd.weights_desc())
+        reorder_desc(desc((k, n), "s8", "ab"), pd.weights_desc()).create().execute({"src": w, "dst": packed})
+        w = packed
+    args = {"src": rng.integers(0, 256, (m, k)).astype(np.uint8), "weights": w,
+            "bias": rng.normal(0, 50, n).astype(np.float32), "dst": np.zeros((m, n), np.uint8),
+            "scales:src": np.float32([0.5]), "scales:weights": rng.uniform(0.5, 2, n).astype(np.float32) / (k * 40),
+            "scales:dst": np.float32([0.25])}
+    return pd.create(), args
+
+
+_MOVE_CASES = {  # name -> (make(threads), whether new arrays move the replay)
+    "conv 3x3, source rows copied": (lambda t: _conv(ic=16, pad=1, threads=t), True),
+    "conv 1x1, source read in place": (lambda t: _conv(ic=16, pad=0, k=1, threads=t), True),
+    "conv 3x3, no padding": (lambda t: _conv(ic=8, pad=0, threads=t), True),
+    "conv stem": (lambda t: _conv(ic=3, pad=1, threads=t), True),
+    "conv, channels-first dst": (lambda t: _conv(ic=8, pad=1, threads=t, dst_tag="nchw"), False),
+    "matmul, packed weights": (lambda t: _matmul_case(7, False, t), True),
+    "matmul, weights read in place": (lambda t: _matmul_case(2, True, t), True),
+    "matmul, weights packed per call": (lambda t: _matmul_case(9, True, t), False),
+}
+
+
+def _new_arrays(args: dict, seed: int) -> dict:
+    """Other objects for every ndarray: new source and runtime weights values, a new
+    zeroed dst, the rest equal copies."""
+    rng = np.random.default_rng(seed)
+    new = {}
+    for name, v in args.items():
+        if isinstance(v, Memory) or name == "scratchpad":
+            new[name] = v
+        elif name == "dst":
+            new[name] = np.zeros_like(v)
+        elif name in ("src", "weights"):
+            info = np.iinfo(v.dtype)
+            new[name] = rng.integers(info.min, info.max + 1, v.shape).astype(v.dtype)
+        else:
+            new[name] = v.copy()
+    return new
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", list(_MOVE_CASES))
+def test_new_arrays_move_the_replay(case, threads, monkeypatch):
+    """Arrays of the same layouts, other objects, at every call (a loop that allocates its
+    tensors): the last replay is pointed at them (Replay.moves) where its calls read and
+    write the arrays alone, with no set-up; every result is the full path's, and the
+    arrays of earlier calls are left alone."""
+    make, moves = _MOVE_CASES[case]
+    p, args = make(threads)
+    p.execute(args)
+    assert (p._replay_for(args).move is not None) == moves
+    want = _fresh(p, args)
+    p.execute(args)
+    calls = [args] + [_new_arrays(args, seed) for seed in (1, 2)]
+    wants = [want] + [_fresh(p, c) for c in calls[1:]]
+    p.execute(args)
+    for round_ in range(2):
+        for c, expect in zip(calls, wants):
+            others = [d["dst"].copy() for d in calls if d is not c]
+            c["dst"][...] = 0
+            with monkeypatch.context() as m:
+                if moves:
+                    _no_setup(p, m)
+                p.execute(c)
+            np.testing.assert_array_equal(c["dst"], expect, err_msg=f"round {round_}")
+            np.testing.assert_array_equal([d["dst"] for d in calls if d is not c], others)
+
+
+def test_moved_replay_takes_the_full_path_when_it_must(monkeypatch):
+    """New arrays that differ in more than their place: other strides, other scale values,
+    a dst over the source or read-only. The full path runs (and names what is wrong)."""
+    p, args = _conv(ic=16, pad=1)
+    p.execute(args)
+    assert p._replay_for(args).move is not None
+
+    def full(c):  # the full path ran (set-up counted), and gave its own result
+        ran = []
+        real = p._execute
+        with monkeypatch.context() as m:
+            m.setattr(p, "_execute", lambda *a: ran.append(1) or real(*a))
+            p.execute(c)
+        assert ran, "the replay moved to arrays it cannot take"
+
+    # the source in a strided view: another layout, which the full path refuses
+    wide = np.zeros(args["src"].shape[:-1] + (32,), np.uint8)
+    with pytest.raises(ValueError, match="^src: got shape"):
+        p.execute(dict(_new_arrays(args, 0), src=wide[..., :16]))
+    p.execute(args)
+    other_scale = dict(_new_arrays(args, 0), **{"scales:dst": np.float32([0.5])})
+    full(other_scale)
+    np.testing.assert_array_equal(other_scale["dst"], _fresh(p, other_scale))
+    p.execute(args)
+    other_zp = dict(_new_arrays(args, 0), **{"zero_points:src": np.int32([9])})
+    full(other_zp)
+    np.testing.assert_array_equal(other_zp["dst"], _fresh(p, other_zp))
+    # a dst over the new source; a read-only dst: refused as the full path refuses them
+    p.execute(args)
+    buf = np.zeros(args["src"].nbytes + args["dst"].nbytes, np.uint8)
+    over = dict(_new_arrays(args, 0), src=buf[:args["src"].nbytes].reshape(args["src"].shape),
+                dst=buf[args["src"].nbytes // 2:][:args["dst"].nbytes].reshape(args["dst"].shape))
+    with pytest.raises(ValueError, match="^dst: overlaps src"):
+        p.execute(over)
+    p.execute(args)
+    frozen = _new_arrays(args, 0)
+    frozen["dst"].flags.writeable = False
+    with pytest.raises(ValueError, match="dst"):
+        p.execute(frozen)
+    # the same values in new objects (scales, bias, zero point): moved, no set-up
+    p.execute(args)
+    same = _new_arrays(args, 5)
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        p.execute(same)
+    np.testing.assert_array_equal(same["dst"], _fresh(p, same))
