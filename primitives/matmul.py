@@ -528,7 +528,12 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             for st in plan.structs:
                 st.dst_scale_inv = dst_scale
             plan.run(a_all, w, c_all, zp_src)
-            return self._replay([(plan, None, a_all, _read_in_place, None)], keep, False) if kept else None
+            if not kept:
+                return None
+            replay = self._replay([(plan, None, a_all, _read_in_place, None)], keep, False)
+            if replay is not None:
+                replay.move = self._mover(None, mem[WEIGHTS].desc, views, rows, zp_src, plan)
+            return replay
         # Items that need nothing of each other (runtime weights of their own; no shared
         # compensation, or none at all; no padded source) go whole to one thread each,
         # dealt to the threads: a small item split between threads pays for the split and
@@ -586,23 +591,35 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if not kept:
             return None
         replay = self._replay(runs, keep, mem[WEIGHTS].desc.is_packed, together)
-        if replay is not None and items == 1 and not pd._binary and runs[0][3] in (None, _read_in_place) \
-                and runs[0][1] is None:  # one GEMM on the caller's arrays: new ones are pointed at
-            replay.move = self._mover(runs[0][0], mem[WEIGHTS].desc, runs[0][3] is not None, rows, zp_src)
+        if replay is not None and not pd._binary and all(r[1] is None for r in runs):
+            # The kernels read the caller's arrays alone (no padded source, no binary
+            # operand): new arrays are pointed at (Replay.moves).
+            replay.move = self._mover([(r[0], r[3]) for r in runs], mem[WEIGHTS].desc, views, rows, zp_src)
         return replay
 
-    def _mover(self, plan, wdesc, in_place: bool, rows: int, zp_src: int):
-        """:class:`Replay`'s ``move`` for one GEMM's plan (on packed weights, or reading
-        the weights ``in_place``): its structs pointed at new arrays."""
-        K, N = self.pd.K, self.pd.N
+    def _mover(self, runs: list | None, wdesc, views: dict, rows: int, zp_src: int, batch_plan=None):
+        """:class:`Replay`'s ``move`` for the plans of ``runs`` ((plan, repack) per batch
+        item: weights packed once, read in place, or packed at every call by the
+        scratchpad's packer), or for ``batch_plan`` (every item in one in-place call):
+        their structs, and the packer, pointed at new arrays as :meth:`_execute` points them."""
+        pd = self.pd
+        K, N, runtime = pd.K, pd.N, not wdesc.is_packed
 
         def move(arrays: dict) -> None:
-            a, c = arrays[SRC].reshape(-1, rows, K)[0], arrays[DST].reshape(-1, rows, N)[0]  # (as _execute's)
-            if in_place:
-                w = self._in_place_weights(self._weights_view(Memory.trusted(wdesc, arrays[WEIGHTS])), 0)
-                plan.point(a, w, c, zp_src)
-            else:
-                point(plan, a, c)
+            a_all, c_all = arrays[SRC].reshape(-1, rows, K), arrays[DST].reshape(-1, rows, N)
+            w_all = self._weights_view(Memory.trusted(wdesc, arrays[WEIGHTS])) if runtime else None
+            if batch_plan is not None:
+                batch_plan.point(a_all, w_all, c_all, zp_src)
+                return
+            packer = views.get("packer")
+            if runtime and packer is not None and any(r is not _read_in_place for _, r in runs):
+                packer.point(w_all)  # (the replay packs what it points at)
+            for b, (plan, repack) in enumerate(runs):
+                a_b = a_all[b if pd.src_batch > 1 else 0]
+                if repack is _read_in_place:
+                    plan.point(a_b, self._in_place_weights(w_all, b), c_all[b], zp_src)
+                else:
+                    point(plan, a_b, c_all[b])
         return move
 
     def _replay(self, runs: list, keep: list, packed_weights: bool, together: CallPlan | None = None

@@ -611,6 +611,22 @@ def _matmul_case(m: int, runtime: bool, threads: int):
     return pd.create(), args
 
 
+def _batched_case(m: int, zp: int, threads: int):
+    """Attention's shape of matmul: a batch of 4 items, each with weights of its own given
+    at every call (read in place at 1-4 rows, else packed per call), s32 output."""
+    rng = np.random.default_rng(m + zp)
+    k, n, items = 24, 40, 4
+    attr = Attr(zero_points={"src": 0} if zp else {})
+    pd = MatmulDesc(desc((items, m, k), "u8", "abc"), desc((items, k, n), "s8", "abc"),
+                    desc((items, m, n), "s32", "abc"), attr=attr, threads=threads)
+    args = {"src": rng.integers(0, 256, (items, m, k)).astype(np.uint8),
+            "weights": rng.integers(-128, 128, (items, k, n)).astype(np.int8),
+            "dst": np.zeros((items, m, n), np.int32)}
+    if zp:
+        args["zero_points:src"] = np.int32([zp])
+    return pd.create(), args
+
+
 _MOVE_CASES = {  # name -> (make(threads), whether new arrays move the replay)
     "conv 3x3, source rows copied": (lambda t: _conv(ic=16, pad=1, threads=t), True),
     "conv 1x1, source read in place": (lambda t: _conv(ic=16, pad=0, k=1, threads=t), True),
@@ -619,7 +635,10 @@ _MOVE_CASES = {  # name -> (make(threads), whether new arrays move the replay)
     "conv, channels-first dst": (lambda t: _conv(ic=8, pad=1, threads=t, dst_tag="nchw"), False),
     "matmul, packed weights": (lambda t: _matmul_case(7, False, t), True),
     "matmul, weights read in place": (lambda t: _matmul_case(2, True, t), True),
-    "matmul, weights packed per call": (lambda t: _matmul_case(9, True, t), False),
+    "matmul, weights packed per call": (lambda t: _matmul_case(9, True, t), True),
+    "batched matmul, weights read in place": (lambda t: _batched_case(1, 0, t), True),
+    "batched matmul, weights packed per call": (lambda t: _batched_case(9, 0, t), True),
+    "batched matmul, packed per call, zero point": (lambda t: _batched_case(9, 5, t), True),
 }
 
 
