@@ -76,7 +76,7 @@ from primitives.conv_weights import ConvWeightsLayout
 from primitives.gemm_pack import residual_part
 from primitives import gemm_driver
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
-from primitives.memory import MemoryDesc, dt_range, packed_desc, tag_of_perm
+from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc, tag_of_perm
 from runtime import isa as isa_mod
 from runtime.ffi import ffi, pointer_to
 from runtime.pool import CallPlan
@@ -490,10 +490,7 @@ class _Convolution(GemmKernels, Primitive):
                 a, pixel, rows_src = src.array, g.icg, src.array
             else:
                 a = a.reshape((pd._copies() * g.n,) + g.padded + (G, g.icgp))
-                if src.desc.perm == _channels_last(src.desc.ndims):
-                    x = src.array.reshape((g.n,) + g.src + (G, g.icg))
-                else:
-                    x = np.moveaxis(src.logical(), 1, -1).reshape((g.n,) + g.src + (G, g.icg))
+                x = self._pixels(src)
                 (d0, h0, w0) = g.pad_l
                 interior = a[:g.n, d0:d0 + g.src[0], h0:h0 + g.src[1], w0:w0 + g.src[2], :, :g.icg]
                 pixel = G * g.icgp
@@ -544,15 +541,9 @@ class _Convolution(GemmKernels, Primitive):
                     cols[4 + i].view(np.int32)[grp] = (-ao * part).astype(np.uint32).view(np.int32)
         # Weights packed at this call are new objects (an id may repeat): always recompute.
         refresh(written, "comp", (tuple(id(p) for p, _ in packs), ao) if wmem.desc.is_packed else None, put_comp)
-        binaries = []
-        copied = False  # a binary operand copied here: its values are read at set-up
-        for i, kind in pd._binary:
-            v = mem[post_op_src1(i)]
-            # a full operand as dst's pixels (channels last), broadcast first where its dims are 1
-            arr = v.array if kind != "full" else \
-                np.ascontiguousarray(np.moveaxis(np.broadcast_to(v.logical(), dst.desc.dims), 1, -1))
-            binaries.append((i, kind, np.ascontiguousarray(arr, np.float32).reshape(-1)))
-            copied = copied or not np.may_share_memory(binaries[-1][2], v.array)
+        binaries = self._binaries(mem, dst.desc)
+        # (a binary operand copied here: its values are read at set-up, no replay)
+        copied = any(not np.may_share_memory(arr, mem[post_op_src1(i)].array) for i, _, arr in binaries)
         dst_scale, output = dst_stage(pd.output, mem[scales(DST)].array if scales(DST) in mem else None,
                                       mem[zero_points(DST)].array if zero_points(DST) in mem else None)
 
@@ -576,15 +567,41 @@ class _Convolution(GemmKernels, Primitive):
         views = copy_source is None or np.may_share_memory(x, src.array)  # not a copy of the source
         if not (kept and wmem.desc.is_packed and not copied and views):
             return None
-        move = None
-        if copy_source is None and c_nhwc is None and not binaries:  # the kernels read and write the arrays alone
-            a_is_src = a is src.array
+        a_is_src, rows_is_src = a is src.array, rows_src is src.array
+        moved = (SRC, DST) + tuple(post_op_src1(i) for i, _ in pd._binary)
 
-            def move(arrays: dict) -> None:  # (Replay.moves: new arrays of the same layouts)
-                x, y = arrays[SRC], arrays[DST]
-                self._aim(plan, x if a_is_src else a, y, None if rows_src is None else x.reshape(rows_src.shape),
-                          sp, dst_scale, ())
+        def move(arrays: dict) -> None:  # (Replay.moves: new arrays of the same layouts, as set up above)
+            nonlocal copy_source, dst_logical
+            new = {name: Memory.trusted(mem[name].desc, arrays[name]) for name in moved}
+            x = arrays[SRC] if a_is_src or rows_is_src else self._pixels(new[SRC])
+            if copy_source is not None:
+                copy_source = _source_copy(interior, x, a, g, zp_src)
+            if c_nhwc is not None:
+                dst_logical = new[DST].logical()
+            self._aim(plan, x if a_is_src else a, c if c_nhwc is not None else arrays[DST],
+                      None if rows_src is None else x, sp, dst_scale, self._binaries(new, dst.desc))
         return Replay(run, by_value=(BIAS,), move=move)
+
+    def _pixels(self, src: Memory) -> np.ndarray:
+        """The source as whole pixels (n, d, h, w, groups, channels of a group): a view of
+        a channels-last array, or of a channels-first one's transpose."""
+        g = self.pd.geometry
+        shape = (g.n,) + g.src + (g.groups, g.icg)
+        if src.desc.perm == _channels_last(src.desc.ndims):
+            return src.array.reshape(shape)
+        return np.moveaxis(src.logical(), 1, -1).reshape(shape)
+
+    def _binaries(self, mem: dict, dst_desc) -> list:
+        """(post-op index, kind, f32 operand as the kernel reads it) of each binary post-op:
+        the user's array, or a copy (a full operand as dst's pixels, channels last,
+        broadcast first where its dims are 1)."""
+        binaries = []
+        for i, kind in self.pd._binary:
+            v = mem[post_op_src1(i)]
+            arr = v.array if kind != "full" else \
+                np.ascontiguousarray(np.moveaxis(np.broadcast_to(v.logical(), dst_desc.dims), 1, -1))
+            binaries.append((i, kind, np.ascontiguousarray(arr, np.float32).reshape(-1)))
+        return binaries
 
     def _aim(self, plan: dict, a, c, rows_src, sp, dst_scale: float, binaries: list) -> None:
         """Point the plan's calls at this call's arrays: the items at ``a`` (the source, or

@@ -13,26 +13,37 @@ from primitives.reorder import reorder_desc
 from tests.conftest import check_dst_changed_in_place
 
 
-def _conv(ic=3, pad=1, k=3, oc=24, user=False, bias_shift=0.0, threads=None, dst_tag="nhwc"):
-    """A small stem-like layer (ic=3: channels padded through the word copy) with the whole pipeline."""
+def _conv(ic=3, pad=1, k=3, oc=24, user=False, bias_shift=0.0, threads=None, dst_tag="nhwc", src_tag="nhwc",
+          binary=None, isa=None):
+    """A small stem-like layer (ic=3: channels padded through the word copy) with the whole
+    pipeline (``binary``: an add post-op's operand kind, "col" or "full", after the relu)."""
     rng = np.random.default_rng(ic * 10 + pad)
-    attr = Attr(scales={"weights": 1, "dst": 0}, zero_points={"src": 0},
-                scratchpad_mode="user" if user else "library").set_post_ops(PostOps().eltwise("relu"))
+    po = PostOps().eltwise("relu")
     hw = 9
     out = hw + 2 * pad - k + 1
-    pd = ConvolutionDesc(desc((1, ic, hw, hw), "u8", "nhwc"), desc((oc, ic, k, k), "s8", "any"),
+    if binary:
+        # (a full operand channels last, as the kernel reads it: not copied, so replayed)
+        po.binary("add", desc((1, oc, 1, 1), "f32", "abcd") if binary == "col" else
+                  desc((1, oc, out, out), "f32", "acdb"))
+    attr = Attr(scales={"weights": 1, "dst": 0}, zero_points={"src": 0},
+                scratchpad_mode="user" if user else "library").set_post_ops(po)
+    pd = ConvolutionDesc(desc((1, ic, hw, hw), "u8", src_tag), desc((oc, ic, k, k), "s8", "any"),
                          desc((1, oc, out, out), "u8", dst_tag), desc((oc,), "f32", "a"),
-                         padding_l=(pad, pad), attr=attr, threads=threads)
+                         padding_l=(pad, pad), attr=attr, threads=threads, isa=isa)
     w = Memory(pd.weights_desc())
     reorder_desc(desc((oc, ic, k, k), "s8", "oihw"), pd.weights_desc()).create().execute(
         {"src": rng.integers(-128, 128, (oc, ic, k, k)).astype(np.int8), "dst": w})
-    args = {"src": rng.integers(0, 256, (1, hw, hw, ic)).astype(np.uint8), "weights": w,
+    args = {"src": rng.integers(0, 256, (1, hw, hw, ic) if src_tag == "nhwc" else (1, ic, hw, hw)).astype(np.uint8),
+            "weights": w,
             "bias": (rng.normal(0, 50, oc) + bias_shift).astype(np.float32),
             "dst": np.zeros((1, out, out, oc) if dst_tag == "nhwc" else (1, oc, out, out), np.uint8),
             "scales:weights": rng.uniform(0.5, 2, oc).astype(np.float32) / (ic * k * k * 40),
             "scales:dst": np.float32([0.25]), "zero_points:src": np.int32([7])}
     if user:
         args["scratchpad"] = np.zeros(pd.scratchpad_desc().nbytes, np.uint8)
+    if binary:
+        args["post_op:1:src_1"] = rng.normal(0, 20, (1, oc, 1, 1) if binary == "col" else
+                                             (1, out, out, oc)).astype(np.float32)
     return pd.create(), args
 
 
@@ -632,7 +643,11 @@ _MOVE_CASES = {  # name -> (make(threads), whether new arrays move the replay)
     "conv 1x1, source read in place": (lambda t: _conv(ic=16, pad=0, k=1, threads=t), True),
     "conv 3x3, no padding": (lambda t: _conv(ic=8, pad=0, threads=t), True),
     "conv stem": (lambda t: _conv(ic=3, pad=1, threads=t), True),
-    "conv, channels-first dst": (lambda t: _conv(ic=8, pad=1, threads=t, dst_tag="nchw"), False),
+    "conv, channels-first dst": (lambda t: _conv(ic=8, pad=1, threads=t, dst_tag="nchw"), True),
+    "conv, channels-first source": (lambda t: _conv(ic=8, pad=1, threads=t, src_tag="nchw"), True),
+    "conv stem on avx2, word copy": (lambda t: _conv(ic=3, pad=1, threads=t, isa="avx2"), True),
+    "conv, binary per channel": (lambda t: _conv(ic=16, pad=1, threads=t, binary="col"), True),
+    "conv, binary full, 1x1": (lambda t: _conv(ic=16, pad=0, k=1, threads=t, binary="full"), True),
     "matmul, packed weights": (lambda t: _matmul_case(7, False, t), True),
     "matmul, weights read in place": (lambda t: _matmul_case(2, True, t), True),
     "matmul, weights packed per call": (lambda t: _matmul_case(9, True, t), True),
@@ -643,8 +658,8 @@ _MOVE_CASES = {  # name -> (make(threads), whether new arrays move the replay)
 
 
 def _new_arrays(args: dict, seed: int) -> dict:
-    """Other objects for every ndarray: new source and runtime weights values, a new
-    zeroed dst, the rest equal copies."""
+    """Other objects for every ndarray: new source, runtime weights and binary operand
+    values, a new zeroed dst, the rest equal copies."""
     rng = np.random.default_rng(seed)
     new = {}
     for name, v in args.items():
@@ -655,6 +670,8 @@ def _new_arrays(args: dict, seed: int) -> dict:
         elif name in ("src", "weights"):
             info = np.iinfo(v.dtype)
             new[name] = rng.integers(info.min, info.max + 1, v.shape).astype(v.dtype)
+        elif name.startswith("post_op:"):  # a binary operand
+            new[name] = rng.normal(0, 20, v.shape).astype(v.dtype)
         else:
             new[name] = v.copy()
     return new
