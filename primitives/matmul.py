@@ -572,13 +572,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 plan = self._plan(packed, choice, views, lda, rows, output, item_threads)
             for st in plan.structs:
                 st.dst_scale_inv = dst_scale
-            for i, kind in pd._binary:
-                src1 = self._operand(mem[post_op_src1(i)].array, kind, b, flat)
-                keep.append((src1, mem[post_op_src1(i)].array))  # alive until the kernels return
-                base = pointer_to(src1)
-                for st, (c0, r0) in zip(plan.structs, plan.chunks):
-                    st.po_src[i] = base + {"common": 0, "col": 4 * c0, "row": 4 * r0, "full": r0 * 4 * N + 4 * c0}[kind]
-                    st.po_ld[i] = 4 * N
+            if pd._binary:
+                keep += self._point_binaries(plan, {name: m.array for name, m in mem.items()}, b)
             if w is not None:
                 (plan.point if spread else plan.run)(a_b, w, c_all[b], zp_src)
             else:
@@ -591,11 +586,25 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if not kept:
             return None
         replay = self._replay(runs, keep, mem[WEIGHTS].desc.is_packed, together)
-        if replay is not None and not pd._binary and all(r[1] is None for r in runs):
-            # The kernels read the caller's arrays alone (no padded source, no binary
-            # operand): new arrays are pointed at (Replay.moves).
+        if replay is not None and all(r[1] is None for r in runs):
+            # The kernels read the caller's arrays alone (no padded source; binary operands
+            # read in place, as _replay requires): new arrays are pointed at (Replay.moves).
             replay.move = self._mover([(r[0], r[3]) for r in runs], mem[WEIGHTS].desc, views, rows, zp_src)
         return replay
+
+    def _point_binaries(self, plan, arrays: dict, b: int) -> list:
+        """Batch item ``b``'s plan at the binary operands among ``arrays`` (name -> ndarray);
+        returns (operand as the kernel reads it, the user's array) of each, which the
+        caller keeps alive until the kernels return."""
+        N, flat, keep = self.pd.N, self.pd.flat(), []
+        for i, kind in self.pd._binary:
+            src1 = self._operand(arrays[post_op_src1(i)], kind, b, flat)
+            keep.append((src1, arrays[post_op_src1(i)]))
+            base = pointer_to(src1)
+            for st, (c0, r0) in zip(plan.structs, plan.chunks):
+                st.po_src[i] = base + {"common": 0, "col": 4 * c0, "row": 4 * r0, "full": r0 * 4 * N + 4 * c0}[kind]
+                st.po_ld[i] = 4 * N
+        return keep
 
     def _mover(self, runs: list | None, wdesc, views: dict, rows: int, zp_src: int, batch_plan=None):
         """:class:`Replay`'s ``move`` for the plans of ``runs`` ((plan, repack) per batch
@@ -620,6 +629,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                     plan.point(a_b, self._in_place_weights(w_all, b), c_all[b], zp_src)
                 else:
                     point(plan, a_b, c_all[b])
+                if pd._binary:
+                    self._point_binaries(plan, arrays, b)
         return move
 
     def _replay(self, runs: list, keep: list, packed_weights: bool, together: CallPlan | None = None

@@ -602,12 +602,17 @@ def test_new_user_scratchpads_on_every_call_are_not_all_kept():
 
 
 # ------------------------------------------------------------------ new arrays: moved replays
-def _matmul_case(m: int, runtime: bool, threads: int):
+def _matmul_case(m: int, runtime: bool, threads: int, binary: str | None = None):
     """A matmul with the whole pipeline; weights packed through ``any``, or plain ones
-    given at every call (``runtime``: read in place at 1-4 rows, else packed per call)."""
+    given at every call (``runtime``: read in place at 1-4 rows, else packed per call);
+    ``binary``: an add post-op's operand kind ("row", "col", "full")."""
     rng = np.random.default_rng(m)
     k, n = 40, 48
-    attr = Attr(scales={"src": 0, "weights": 2, "dst": 0}).set_post_ops(PostOps().eltwise("relu"))
+    po = PostOps().eltwise("relu")
+    dims = {"row": (m, 1), "col": (1, n), "full": (m, n)}.get(binary)
+    if binary:
+        po.binary("add", desc(dims, "f32", "ab"))
+    attr = Attr(scales={"src": 0, "weights": 2, "dst": 0}).set_post_ops(po)
     pd = MatmulDesc(desc((m, k), "u8", "ab"), desc((k, n), "s8", "ab" if runtime else "any"),
                     desc((m, n), "u8", "ab"), desc((n,), "f32", "a"), attr=attr, threads=threads)
     w = rng.integers(-128, 128, (k, n)).astype(np.int8)
@@ -619,6 +624,8 @@ def _matmul_case(m: int, runtime: bool, threads: int):
             "bias": rng.normal(0, 50, n).astype(np.float32), "dst": np.zeros((m, n), np.uint8),
             "scales:src": np.float32([0.5]), "scales:weights": rng.uniform(0.5, 2, n).astype(np.float32) / (k * 40),
             "scales:dst": np.float32([0.25])}
+    if binary:
+        args["post_op:1:src_1"] = rng.normal(0, 20, dims).astype(np.float32)
     return pd.create(), args
 
 
@@ -651,6 +658,9 @@ _MOVE_CASES = {  # name -> (make(threads), whether new arrays move the replay)
     "matmul, packed weights": (lambda t: _matmul_case(7, False, t), True),
     "matmul, weights read in place": (lambda t: _matmul_case(2, True, t), True),
     "matmul, weights packed per call": (lambda t: _matmul_case(9, True, t), True),
+    "matmul, binary per row": (lambda t: _matmul_case(7, False, t, "row"), True),
+    "matmul, binary full, weights read in place": (lambda t: _matmul_case(3, True, t, "full"), True),
+    "matmul, binary per column, packed per call": (lambda t: _matmul_case(9, True, t, "col"), True),
     "batched matmul, weights read in place": (lambda t: _batched_case(1, 0, t), True),
     "batched matmul, weights packed per call": (lambda t: _batched_case(9, 0, t), True),
     "batched matmul, packed per call, zero point": (lambda t: _batched_case(9, 5, t), True),
