@@ -598,7 +598,7 @@ class Replay:
     kernels 168). Anything else takes the full path.
     """
 
-    __slots__ = ("run", "by_value", "move", "_record", "_matches", "_moved", "_renew", "_outputs")
+    __slots__ = ("run", "by_value", "move", "_record", "_matches", "_moved", "_renew", "_outputs", "_views")
 
     def __init__(self, run, by_value: tuple[str, ...] = (), move=None) -> None:
         self.run = run
@@ -606,17 +606,23 @@ class Replay:
         self.move = move
         self._record: tuple = ()
         self._matches = self._moved = None
+        self._views: tuple = ()  # (name, (axes, shape)): arguments the set-up took as a view (_view_rule)
 
     def record(self, args: dict, mem: dict, spec: "_ArgSpec") -> bool:
         """Remember ``args`` (``mem``: what ``_execute`` got) as the call this replay repeats;
         False if they cannot be told apart cheaply."""
         by_value = set(self.by_value) | set(spec.quant)
+        views = []
         for name, value in args.items():
             array = value.array if type(value) is Memory else value
             if name not in by_value and name in mem and mem[name].array is not array:
-                if not _view_of(mem[name].array, array):
+                view = mem[name].array
+                if not _view_of(view, array):
                     return False  # execute() copied it: the set-up points at the copy
-                self.move = None  # (a view the move would have to take again)
+                views.append((name, _view_rule(view, array)))
+        if any(rule is None for _, rule in views):
+            self.move = None  # (a view the move could not take again)
+        self._views = tuple(views)
         return self.remember(args, by_value, spec.outputs)
 
     def remember(self, args: dict, by_value, outputs) -> bool:
@@ -652,6 +658,8 @@ class Replay:
         if self.move is None or self._matches is None or not self._moved(args, self._record):
             return False
         arrays = {name: value.array if type(value) is Memory else value for name, value in args.items()}
+        for name, (perm, shape) in self._views:  # (as the Memory the set-up made of each holds it)
+            arrays[name] = arrays[name].transpose(perm) if perm is not None else arrays[name].reshape(shape)
         for out in self._outputs:  # (check_disjoint's test: the full path names the overlap)
             written = arrays.get(out)
             if written is not None:
@@ -661,6 +669,20 @@ class Replay:
         self.move(arrays)
         self._record = self._renew(args, self._record)
         return True
+
+
+def _view_rule(view: np.ndarray, array: np.ndarray) -> tuple | None:
+    """How ``view`` (:func:`_view_of` ``array``) is made of ``array``, for an array of the
+    same layout: ``(axes, None)``, a transpose (a plain tag's logical-shape array), or
+    ``(None, shape)``, a reshape of a contiguous array; None if neither."""
+    if view.ndim == array.ndim:
+        axes = tuple(int(i) for i in np.argsort([-s for s in array.strides], kind="stable"))
+        t = array.transpose(axes)
+        if t.shape == view.shape and t.strides == view.strides:
+            return axes, None
+    if array.flags.c_contiguous and view.flags.c_contiguous:
+        return None, view.shape
+    return None
 
 
 def _view_of(view, array) -> bool:

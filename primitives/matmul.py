@@ -45,7 +45,7 @@ from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
 from jit.dot import widening_path
-from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, point, refresh, run
+from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, point, point_at, refresh, run
 from primitives.gemv_driver import (ChunkedRows, GemvPlan, chunk_kernels, reads_in_place, runs_in_place,
                                      walks_in_chunks)
 from primitives.checks import check_no_zero_dim
@@ -623,12 +623,14 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             packer = views.get("packer")
             if runtime and packer is not None and any(r is not _read_in_place for _, r in runs):
                 packer.point(w_all)  # (the replay packs what it points at)
+            a_ptr, c_ptr = pointer_to(a_all), pointer_to(c_all)  # (once: 12 heads' items 92 -> 87 us)
+            a_item = a_all.strides[0] if pd.src_batch > 1 else 0
             for b, (plan, repack) in enumerate(runs):
-                a_b = a_all[b if pd.src_batch > 1 else 0]
                 if repack is _read_in_place:
+                    a_b = a_all[b if pd.src_batch > 1 else 0]
                     plan.point(a_b, self._in_place_weights(w_all, b), c_all[b], zp_src)
                 else:
-                    point(plan, a_b, c_all[b])
+                    point_at(plan, a_ptr + b * a_item, c_ptr + b * c_all.strides[0])
                 if pd._binary:
                     self._point_binaries(plan, arrays, b)
         return move

@@ -50,7 +50,7 @@ def _conv(ic=3, pad=1, k=3, oc=24, user=False, bias_shift=0.0, threads=None, dst
 def _fresh(p, args) -> np.ndarray:
     """The full path's result, on copies of every argument (this thread's replays
     forgotten first: one could move to the copies, Replay.moves)."""
-    copy = {k: (v if isinstance(v, Memory) else v.copy()) for k, v in args.items()}
+    copy = {k: (v if isinstance(v, Memory) else v.copy(order="K")) for k, v in args.items()}
     p._forget_replays()
     p.execute(copy)
     return copy["dst"]
@@ -629,17 +629,21 @@ def _matmul_case(m: int, runtime: bool, threads: int, binary: str | None = None)
     return pd.create(), args
 
 
-def _batched_case(m: int, zp: int, threads: int):
+def _batched_case(m: int, zp: int, threads: int, wtag: str = "abc", flat: bool = False):
     """Attention's shape of matmul: a batch of 4 items, each with weights of its own given
-    at every call (read in place at 1-4 rows, else packed per call), s32 output."""
+    at every call (read in place at 1-4 rows, else packed per call), s32 output. ``wtag``
+    acb: the weights as the keys are (rows of K), passed as a logical-shape view of them;
+    ``flat``: the source passed as a 1-D array."""
     rng = np.random.default_rng(m + zp)
     k, n, items = 24, 40, 4
     attr = Attr(zero_points={"src": 0} if zp else {})
-    pd = MatmulDesc(desc((items, m, k), "u8", "abc"), desc((items, k, n), "s8", "abc"),
+    pd = MatmulDesc(desc((items, m, k), "u8", "abc"), desc((items, k, n), "s8", wtag),
                     desc((items, m, n), "s32", "abc"), attr=attr, threads=threads)
-    args = {"src": rng.integers(0, 256, (items, m, k)).astype(np.uint8),
-            "weights": rng.integers(-128, 128, (items, k, n)).astype(np.int8),
-            "dst": np.zeros((items, m, n), np.int32)}
+    w = rng.integers(-128, 128, (items, k, n)).astype(np.int8)
+    if wtag == "acb":
+        w = np.ascontiguousarray(w.transpose(0, 2, 1)).transpose(0, 2, 1)  # (items, k, n), memory (items, n, k)
+    src = rng.integers(0, 256, (items, m, k)).astype(np.uint8)
+    args = {"src": src.reshape(-1) if flat else src, "weights": w, "dst": np.zeros((items, m, n), np.int32)}
     if zp:
         args["zero_points:src"] = np.int32([zp])
     return pd.create(), args
@@ -664,6 +668,9 @@ _MOVE_CASES = {  # name -> (make(threads), whether new arrays move the replay)
     "batched matmul, weights read in place": (lambda t: _batched_case(1, 0, t), True),
     "batched matmul, weights packed per call": (lambda t: _batched_case(9, 0, t), True),
     "batched matmul, packed per call, zero point": (lambda t: _batched_case(9, 5, t), True),
+    "batched matmul, keys' view, packed per call": (lambda t: _batched_case(9, 0, t, "acb"), True),
+    "batched matmul, keys' view, read in place": (lambda t: _batched_case(1, 0, t, "acb"), True),
+    "batched matmul, 1-D source": (lambda t: _batched_case(9, 0, t, flat=True), True),
 }
 
 
@@ -677,13 +684,15 @@ def _new_arrays(args: dict, seed: int) -> dict:
             new[name] = v
         elif name == "dst":
             new[name] = np.zeros_like(v)
-        elif name in ("src", "weights"):
-            info = np.iinfo(v.dtype)
-            new[name] = rng.integers(info.min, info.max + 1, v.shape).astype(v.dtype)
-        elif name.startswith("post_op:"):  # a binary operand
-            new[name] = rng.normal(0, 20, v.shape).astype(v.dtype)
-        else:
-            new[name] = v.copy()
+        else:  # (empty_like: the same memory order, a view's too)
+            new[name] = np.empty_like(v)
+            if name in ("src", "weights"):
+                info = np.iinfo(v.dtype)
+                new[name][...] = rng.integers(info.min, info.max + 1, v.shape)
+            elif name.startswith("post_op:"):  # a binary operand
+                new[name][...] = rng.normal(0, 20, v.shape)
+            else:
+                new[name][...] = v
     return new
 
 

@@ -343,6 +343,10 @@ def run(bench: str, argv=None) -> int:
                                          "avx2 and avx512_core oneDNN saturates: faithful computes what it "
                                          "computes, exact widens (the weights are full range); a policy other "
                                          "than exact is named in the row's label")
+        ap.add_argument("--new-arrays", action="store_true",
+                        help="int8jit's calls get new array objects (views of the same memory) at every call, as "
+                             "a loop that makes its arrays anew passes them, instead of the same ones (replayed); "
+                             "oneDNN's C calls take the same pointers either way")
         ap.add_argument("--chain", action="store_true",
                         help="time the layers called one after another, as a network calls them, instead of each "
                              "on its own (default: ResNet-50's 53 convolutions in order; BERT-base's 72 linears)")

@@ -203,6 +203,13 @@ def _select(items, wanted, what):
 
 
 def problems_for(bench, args) -> list[dict]:
+    problems = _problems_for(bench, args)
+    if getattr(args, "new_arrays", False):  # int8jit's calls get new array objects (the same memory)
+        problems = [dict(c, label=c["label"] + " [new arrays]", new_arrays=True) for c in problems]
+    return problems
+
+
+def _problems_for(bench, args) -> list[dict]:
     weights = getattr(args, "weights", "uniform")  # (pool has no --weights)
     if getattr(args, "attention", False):
         return [with_policy(dict(c, prim=bench), p, weights) for p in policies(bench, args) for c in ATTENTION]
@@ -234,8 +241,8 @@ def problems_for(bench, args) -> list[dict]:
 # ------------------------------------------------------------------ operands (the same on every side)
 
 def _rng(case, what):
-    # (the policy is int8jit's choice of computation, not the problem: the same operands)
-    case = {k: v for k, v in case.items() if k != "policy"}
+    # (the policy, and new array objects, are int8jit's choices, not the problem: the same operands)
+    case = {k: v for k, v in case.items() if k not in ("policy", "new_arrays", "label")}
     key = [ord(c) for c in json.dumps(case, sort_keys=True)][:64] + [what]
     return np.random.default_rng(key)
 
