@@ -58,6 +58,7 @@ Example, a primitive that adds one to a u8 tensor::
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 import time
 import weakref
@@ -606,7 +607,7 @@ class Replay:
         self.move = move
         self._record: tuple = ()
         self._matches = self._moved = None
-        self._views: tuple = ()  # (name, (axes, shape)): arguments the set-up took as a view (_view_rule)
+        self._views: tuple = ()  # (name, view_maker()): arguments the set-up took as a view
 
     def record(self, args: dict, mem: dict, spec: "_ArgSpec") -> bool:
         """Remember ``args`` (``mem``: what ``_execute`` got) as the call this replay repeats;
@@ -619,8 +620,8 @@ class Replay:
                 view = mem[name].array
                 if not _view_of(view, array):
                     return False  # execute() copied it: the set-up points at the copy
-                views.append((name, _view_rule(view, array)))
-        if any(rule is None for _, rule in views):
+                views.append((name, view_maker(view, array)))
+        if any(make is None for _, make in views):
             self.move = None  # (a view the move could not take again)
         self._views = tuple(views)
         return self.remember(args, by_value, spec.outputs)
@@ -658,8 +659,8 @@ class Replay:
         if self.move is None or self._matches is None or not self._moved(args, self._record):
             return False
         arrays = {name: value.array if type(value) is Memory else value for name, value in args.items()}
-        for name, (perm, shape) in self._views:  # (as the Memory the set-up made of each holds it)
-            arrays[name] = arrays[name].transpose(perm) if perm is not None else arrays[name].reshape(shape)
+        for name, make in self._views:  # (as the Memory the set-up made of each holds it)
+            arrays[name] = make(arrays[name])
         for out in self._outputs:  # (check_disjoint's test: the full path names the overlap)
             written = arrays.get(out)
             if written is not None:
@@ -671,18 +672,28 @@ class Replay:
         return True
 
 
-def _view_rule(view: np.ndarray, array: np.ndarray) -> tuple | None:
-    """How ``view`` (:func:`_view_of` ``array``) is made of ``array``, for an array of the
-    same layout: ``(axes, None)``, a transpose (a plain tag's logical-shape array), or
-    ``(None, shape)``, a reshape of a contiguous array; None if neither."""
-    if view.ndim == array.ndim:
-        axes = tuple(int(i) for i in np.argsort([-s for s in array.strides], kind="stable"))
-        t = array.transpose(axes)
-        if t.shape == view.shape and t.strides == view.strides:
-            return axes, None
+def view_maker(view: np.ndarray, array: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:
+    """A function that makes of an array laid out as ``array`` what ``view`` is of
+    ``array``: itself, a transpose (a plain tag's logical-shape array, its memory order),
+    or a reshape of a contiguous array; None where ``view`` is none of these (a copy, or
+    another view of the bytes)."""
+    if view is array:
+        return _same
+    if not _view_of(view, array):
+        return None
+    if view.ndim == array.ndim:  # each axis of view: an axis of array, of the same length and stride
+        pairs, axes = list(zip(array.shape, array.strides)), []
+        for pair in zip(view.shape, view.strides):
+            axes.append(next((i for i, p in enumerate(pairs) if p == pair and i not in axes), -1))
+        if -1 not in axes:
+            return operator.methodcaller("transpose", tuple(axes))
     if array.flags.c_contiguous and view.flags.c_contiguous:
-        return None, view.shape
+        return operator.methodcaller("reshape", view.shape)
     return None
+
+
+def _same(array: np.ndarray) -> np.ndarray:
+    return array
 
 
 def _view_of(view, array) -> bool:

@@ -40,7 +40,7 @@ import numpy as np
 
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
+from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, view_maker
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
@@ -532,7 +532,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 return None
             replay = self._replay([(plan, None, a_all, _read_in_place, None)], keep, False)
             if replay is not None:
-                replay.move = self._mover(None, mem[WEIGHTS].desc, views, rows, zp_src, plan)
+                replay.move = self._mover(None, mem[WEIGHTS], w_all, views, rows, zp_src, plan)
             return replay
         # Items that need nothing of each other (runtime weights of their own; no shared
         # compensation, or none at all; no padded source) go whole to one thread each,
@@ -589,7 +589,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if replay is not None and all(r[1] is None for r in runs):
             # The kernels read the caller's arrays alone (no padded source; binary operands
             # read in place, as _replay requires): new arrays are pointed at (Replay.moves).
-            replay.move = self._mover([(r[0], r[3]) for r in runs], mem[WEIGHTS].desc, views, rows, zp_src)
+            replay.move = self._mover([(r[0], r[3]) for r in runs], mem[WEIGHTS], w_all, views, rows, zp_src)
         return replay
 
     def _point_binaries(self, plan, arrays: dict, b: int) -> list:
@@ -606,17 +606,21 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 st.po_ld[i] = 4 * N
         return keep
 
-    def _mover(self, runs: list | None, wdesc, views: dict, rows: int, zp_src: int, batch_plan=None):
+    def _mover(self, runs: list | None, wmem: Memory, w_view, views: dict, rows: int, zp_src: int, batch_plan=None):
         """:class:`Replay`'s ``move`` for the plans of ``runs`` ((plan, repack) per batch
         item: weights packed once, read in place, or packed at every call by the
         scratchpad's packer), or for ``batch_plan`` (every item in one in-place call):
-        their structs, and the packer, pointed at new arrays as :meth:`_execute` points them."""
+        their structs, and the packer, pointed at new arrays as :meth:`_execute` points
+        them. ``w_view``: runtime weights' view (:meth:`_weights_view`) of ``wmem``'s array."""
         pd = self.pd
-        K, N, runtime = pd.K, pd.N, not wdesc.is_packed
+        K, N, runtime = pd.K, pd.N, not wmem.desc.is_packed
+        # (the weights' view of a new array, as w_view is of this one: 12 heads' decode 13 -> 9 us a call)
+        take = (view_maker(w_view, wmem.array) or (lambda w: self._weights_view(Memory.trusted(wmem.desc, w)))) \
+            if runtime else None
 
         def move(arrays: dict) -> None:
             a_all, c_all = arrays[SRC].reshape(-1, rows, K), arrays[DST].reshape(-1, rows, N)
-            w_all = self._weights_view(Memory.trusted(wdesc, arrays[WEIGHTS])) if runtime else None
+            w_all = take(arrays[WEIGHTS]) if runtime else None
             if batch_plan is not None:
                 batch_plan.point(a_all, w_all, c_all, zp_src)
                 return

@@ -770,3 +770,21 @@ def test_moved_replay_takes_the_full_path_when_it_must(monkeypatch):
         _no_setup(p, m)
         p.execute(same)
     np.testing.assert_array_equal(same["dst"], _fresh(p, same))
+
+
+def test_view_maker_takes_a_new_array_as_the_view_was_taken():
+    """view_maker: the transpose or reshape that made a view of an array, for a new array
+    of the same layout; None for a copy or a view of other bytes."""
+    from primitives.base import view_maker
+
+    x = np.arange(2 * 3 * 4, dtype=np.int8).reshape(2, 3, 4)
+    y = np.arange(100, 124, dtype=np.int8).reshape(2, 3, 4)
+    for view in (x, x.transpose(0, 2, 1), x.transpose(2, 0, 1), x.reshape(6, 4), x.reshape(-1)):
+        make = view_maker(view, x)
+        got = make(y)
+        assert got.shape == view.shape and got.strides == view.strides and got.ctypes.data == y.ctypes.data
+    t = x.transpose(0, 2, 1)  # the other way: a contiguous view of a transposed array
+    back = np.ascontiguousarray(t)
+    assert view_maker(back, t) is None  # (a copy)
+    assert view_maker(t.transpose(0, 2, 1), t)(y.transpose(0, 2, 1)).flags.c_contiguous
+    assert view_maker(x[1:], x) is None and view_maker(x[:, :, ::2], x) is None
