@@ -599,7 +599,7 @@ class Replay:
     kernels 168). Anything else takes the full path.
     """
 
-    __slots__ = ("run", "by_value", "move", "_record", "_matches", "_moved", "_renew", "_outputs", "_views")
+    __slots__ = ("run", "by_value", "move", "_record", "_matches", "_moved", "_views")
 
     def __init__(self, run, by_value: tuple[str, ...] = (), move=None) -> None:
         self.run = run
@@ -645,8 +645,7 @@ class Replay:
             if name in by_value:
                 record.append(array.tobytes())
         self._record = tuple(record)
-        self._matches, self._moved, self._renew = _matcher(tuple(layout))
-        self._outputs = tuple(outputs)
+        self._matches, self._moved = _matcher(tuple(layout))
         return True
 
     def matches(self, args: dict) -> bool:
@@ -656,19 +655,15 @@ class Replay:
     def moves(self, args: dict) -> bool:
         """Re-point the calls at ``args`` if they are arrays laid out as the recorded ones
         (see the class docstring), and record them; False, with nothing done, if not."""
-        if self.move is None or self._matches is None or not self._moved(args, self._record):
+        if self.move is None or self._matches is None:
             return False
-        arrays = {name: value.array if type(value) is Memory else value for name, value in args.items()}
+        moved = self._moved(args, self._record)
+        if not moved:
+            return False
+        arrays, self._record = moved
         for name, make in self._views:  # (as the Memory the set-up made of each holds it)
             arrays[name] = make(arrays[name])
-        for out in self._outputs:  # (check_disjoint's test: the full path names the overlap)
-            written = arrays.get(out)
-            if written is not None:
-                for name, array in arrays.items():
-                    if name != out and np.may_share_memory(written, array):
-                        return False
         self.move(arrays)
-        self._record = self._renew(args, self._record)
         return True
 
 
@@ -715,13 +710,14 @@ def _matcher(layout: tuple):
 
     ``matches(args, record)``: the same objects, unchanged. dtypes compare by identity (an
     unchanged array returns its own), so a dtype set in place to an equal one only takes
-    the full path. ``moved(args, record)``: movable names hold ndarrays of the recorded
-    shape, dtype and strides, by-value ones ndarrays of the recorded values, the rest the
-    same objects. ``renew(args, record)``: the record of such ``args``."""
+    the full path. ``moved(args, record)``, where movable names hold ndarrays of the
+    recorded shape, dtype and strides, by-value ones ndarrays of the recorded values, the
+    rest the same objects, and no output overlaps another argument: ``(arrays, record)``,
+    the arrays by name (a Memory's array) and the record of ``args``; else None."""
     made = _MATCHERS.get(layout)
     if made is not None:
         return made
-    names, tests, contents, loose, fresh = [], [], [], [], []
+    names, tests, contents, loose, fresh, arrays = [], [], [], [], [], []
     for i, (name, memory, by_value, output, movable) in enumerate(layout):
         o, a = f"o{i}", f"a{i}" if memory else f"o{i}"
         names += [o, a, f"p{i}"] if memory else [o]
@@ -740,6 +736,7 @@ def _matcher(layout: tuple):
         if output:
             loose.append(f"not {v if movable else a}.flags.writeable")
         new = [v if movable or by_value and not memory else o] + ([a, f"p{i}"] if memory else []) + [f"s{i}", f"t{i}"]
+        arrays.append(v if movable or by_value and not memory else a)
         if movable:
             names.append(f"r{i}")
             loose.append(f"{v}.strides != r{i}")
@@ -751,22 +748,24 @@ def _matcher(layout: tuple):
                 loose.append(f"{v}.tobytes() != b{i}")
             new.append(f"b{i}")
         fresh += new
+    # (check_disjoint's test; the full path names the overlap)
+    overlaps = [f"may({arrays[j]}, {arrays[i]})" for j, e in enumerate(layout) if e[3]
+                for i in range(len(layout)) if i != j] or ["False"]
     head = (f"    if len(args) != {len(layout)}:\n"
-            f"        return False\n"
+            f"        return {{no}}\n"
             f"    {', '.join(names)}, = record\n"
             f"    get = args.get\n")
-    source = (f"def matches(args, record):\n{head}"
+    source = (f"def matches(args, record):\n{head.format(no=False)}"
               f"    return not ({' or '.join(tests + contents)})\n"
-              f"def moved(args, record):\n{head}"
-              f"    return not ({' or '.join(loose)})\n"
-              f"def renew(args, record):\n"
-              f"    {', '.join(names)}, = record\n"
-              f"    get = args.get\n"
-              f"    {'; '.join(f'v{i} = get({e[0]!r})' for i, e in enumerate(layout))}\n"
-              f"    return ({', '.join(fresh)},)\n")
-    namespace: dict = {"ndarray": np.ndarray}
+              f"def moved(args, record):\n{head.format(no=None)}"
+              f"    if {' or '.join(loose)}:\n"
+              f"        return None\n"
+              f"    if {' or '.join(overlaps)}:\n"
+              f"        return None\n"
+              f"    return {{{', '.join(f'{e[0]!r}: {x}' for e, x in zip(layout, arrays))}}}, ({', '.join(fresh)},)\n")
+    namespace: dict = {"ndarray": np.ndarray, "may": np.may_share_memory}
     exec(compile(source, "<int8jit replay matcher>", "exec"), namespace)  # noqa: S102 - our own text
-    made = _MATCHERS[layout] = namespace["matches"], namespace["moved"], namespace["renew"]
+    made = _MATCHERS[layout] = namespace["matches"], namespace["moved"]
     return made
 
 
