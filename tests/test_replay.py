@@ -788,3 +788,37 @@ def test_view_maker_takes_a_new_array_as_the_view_was_taken():
     assert view_maker(back, t) is None  # (a copy)
     assert view_maker(t.transpose(0, 2, 1), t)(y.transpose(0, 2, 1)).flags.c_contiguous
     assert view_maker(x[1:], x) is None and view_maker(x[:, :, ::2], x) is None
+
+
+def _guarded_like(v: np.ndarray, guarded, where: str) -> np.ndarray:
+    """An array laid out as ``v`` (its memory order too) flush against a guard page."""
+    order = [int(i) for i in np.argsort([-s for s in v.strides], kind="stable")]
+    buf = guarded(v.size, v.dtype, where).reshape([v.shape[i] for i in order])
+    out = buf.transpose(np.argsort(order))
+    assert out.strides == v.strides
+    return out
+
+
+@pytest.mark.parametrize("where", ["end", "start"])
+@pytest.mark.parametrize("case", ["conv 3x3, source rows copied", "conv 1x1, source read in place",
+                                  "conv, channels-first source", "conv, binary full, 1x1", "matmul, packed weights",
+                                  "matmul, binary full, weights read in place", "batched matmul, keys' view, packed "
+                                  "per call", "batched matmul, keys' view, read in place"])
+def test_moved_replays_stay_inside_new_arrays(case, where, guarded, monkeypatch):
+    """New arrays flush against PROT_NONE pages, after or before them: the moved replay's
+    kernels (and copies) read and write inside them."""
+    make, _ = _MOVE_CASES[case]
+    p, args = make(2)
+    p.execute(args)
+    new = _new_arrays(args, 3)
+    for name, v in list(new.items()):
+        if isinstance(v, np.ndarray) and v.size and name not in ("bias",) and not name.startswith("scales"):
+            g = _guarded_like(v, guarded, where)
+            g[...] = v
+            new[name] = g
+    want = _fresh(p, new)
+    p.execute(args)
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        p.execute(new)
+    np.testing.assert_array_equal(new["dst"], want)
