@@ -66,7 +66,7 @@ from jit.gemm_kernel import choose_tile
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs
+from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, view_maker
 from primitives.checks import check_no_zero_dim
 from primitives.gemm import Choice, fast_path
 from primitives import conv_blocking as blocking
@@ -568,18 +568,24 @@ class _Convolution(GemmKernels, Primitive):
         if not (kept and wmem.desc.is_packed and not copied and views):
             return None
         a_is_src, rows_is_src = a is src.array, rows_src is src.array
-        moved = (SRC, DST) + tuple(post_op_src1(i) for i, _ in pd._binary)
+        # What the set-up took of the source and dst, taken of new arrays the same way
+        # (view_maker; else through a Memory of each, as above).
+        pixels = None if a_is_src or rows_is_src else \
+            view_maker(x, src.array) or (lambda s: self._pixels(Memory.trusted(src.desc, s)))
+        logical = None if c_nhwc is None else \
+            view_maker(dst_logical, dst.array) or (lambda d: Memory.trusted(dst.desc, d).logical())
 
         def move(arrays: dict) -> None:  # (Replay.moves: new arrays of the same layouts, as set up above)
             nonlocal copy_source, dst_logical
-            new = {name: Memory.trusted(mem[name].desc, arrays[name]) for name in moved}
-            x = arrays[SRC] if a_is_src or rows_is_src else self._pixels(new[SRC])
+            x = arrays[SRC] if pixels is None else pixels(arrays[SRC])
             if copy_source is not None:
                 copy_source = _source_copy(interior, x, a, g, zp_src)
-            if c_nhwc is not None:
-                dst_logical = new[DST].logical()
+            if logical is not None:
+                dst_logical = logical(arrays[DST])
+            binaries = self._binaries({name: Memory.trusted(mem[name].desc, arrays[name])
+                                       for name in (post_op_src1(i) for i, _ in pd._binary)}, dst.desc)
             self._aim(plan, x if a_is_src else a, c if c_nhwc is not None else arrays[DST],
-                      None if rows_src is None else x, sp, dst_scale, self._binaries(new, dst.desc))
+                      None if rows_src is None else x, sp, dst_scale, binaries)
         return Replay(run, by_value=(BIAS,), move=move)
 
     def _pixels(self, src: Memory) -> np.ndarray:
