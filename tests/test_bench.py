@@ -241,3 +241,34 @@ def test_attention_quick_run(tmp_path):
     assert len(rows) == 4 and "int8jit error" not in md.read_text()
     if onednn.available()[0]:
         assert all(" | = | " in row for row in rows), rows  # (the check column: equal outputs)
+
+
+@needs_a_path
+def test_new_arrays_quick_run(tmp_path):
+    """``--new-arrays``: int8jit's calls get new array objects (views of the same memory)
+    at every call; the rows are labelled, the operands are the other rows', and the
+    outputs equal oneDNN's where it runs."""
+    import argparse
+
+    from tools import bench_problems as bp
+    from tools import onednn
+
+    plain = bp.problems_for("conv", argparse.Namespace(layers="res2 1x1 64->64", quick=True, batch="1", policy=None,
+                                                        weights="uniform"))
+    new = bp.problems_for("conv", argparse.Namespace(layers="res2 1x1 64->64", quick=True, batch="1", policy=None,
+                                                      weights="uniform", new_arrays=True))
+    assert [c["label"] for c in new] == ["res2 1x1 64->64 [new arrays]"] and new[0]["new_arrays"]
+    assert all(np.array_equal(a, b) for a, b in zip(bp.conv_operands(plain[0]), bp.conv_operands(new[0])))
+    md = tmp_path / "new.md"
+    for bench_args in (["conv", "--layers", "res2 1x1 64->64", "--batch", "1"],
+                       ["matmul", "--attention", "--no-creation"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "tools.bench", *bench_args, "--new-arrays", "--quick", "--min-time", "0.005",
+             "--threads", "1", "--markdown", str(md)],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        rows = [line for line in md.read_text().splitlines() if "[new arrays]" in line]
+        assert rows and "int8jit error" not in md.read_text()
+        if onednn.available()[0]:
+            assert all(" | = | " in row for row in rows), rows
