@@ -590,13 +590,14 @@ class Replay:
     values in the small arguments read at set-up (scales, zero points, and the names in
     ``by_value``, such as a bias copied into the scratchpad).
 
-    ``move(arrays)`` (where the primitive gives one; ``arrays``: name -> ndarray, Memory
-    objects' arrays included) re-points the calls at other arrays laid out as the recorded ones: :meth:`moves` takes a call whose ndarrays are new objects of the
-    same shapes, dtypes and strides (the by-value ones holding the same values; Memory
-    objects, such as packed weights, the same), checks that no output overlaps another
-    argument, and then ``move(args)`` points the calls at them (a loop that passes new
-    arrays at every call: a 128-token BERT linear's execute 204 -> 172 us, its
-    kernels 168). Anything else takes the full path.
+    ``move(arrays)``, where the primitive gives one, points the calls at other arrays
+    laid out as the recorded ones (``arrays``: name -> ndarray as the set-up took it, a
+    Memory's array for a Memory). :meth:`moves` takes a call whose ndarrays are new
+    objects of the recorded shapes, dtypes and strides (the by-value ones holding the
+    recorded values; Memory objects, such as packed weights, the same), checks that no
+    output overlaps another argument, then moves the replay to them: a loop that makes
+    its arrays anew (a 128-token BERT linear's execute 204 -> 175 us, its kernels 168).
+    Anything else takes the full path.
     """
 
     __slots__ = ("run", "by_value", "move", "_record", "_matches", "_moved", "_views")
@@ -699,11 +700,11 @@ def _view_of(view, array) -> bool:
         and view.base is (array if array.base is None else array.base) and view.ctypes.data == array.ctypes.data
 
 
-_MATCHERS: dict = {}  # layout -> generated matches(args, record)
+_MATCHERS: dict = {}  # layout -> generated (matches, moved)
 
 
 def _matcher(layout: tuple):
-    """``(matches, moved, renew)`` for one argument layout ((name, memory, by value, output,
+    """``(matches, moved)`` for one argument layout ((name, memory, by value, output,
     movable) per argument), generated once as straight expressions: a loop over a table of
     the same checks costs about twice as much, and on a small layer the test is most of
     the call's Python.

@@ -547,7 +547,7 @@ class _Convolution(GemmKernels, Primitive):
         dst_scale, output = dst_stage(pd.output, mem[scales(DST)].array if scales(DST) in mem else None,
                                       mem[zero_points(DST)].array if zero_points(DST) in mem else None)
 
-        plan = self._plan(packs, a, pixel, c, sp, output, rows_src)
+        plan = self._plan(packs, a, pixel, sp, output, rows_src)
         self._aim(plan, a, c, rows_src, sp, dst_scale, binaries)
         calls = plan["calls"]
         dst_logical = dst.logical() if c_nhwc is not None else None
@@ -627,7 +627,7 @@ class _Convolution(GemmKernels, Primitive):
                                                  "full": 4 * (row0 * OC + col0)}[kind]
                 s.po_ld[i] = 4 * OC * pitch
 
-    def _plan(self, packs, a, pixel: int, c, sp, output, rows_src) -> dict:
+    def _plan(self, packs, a, pixel: int, sp, output, rows_src) -> dict:
         """The kernel calls per thread. ``rows_src``: the source whose padded copy ``a`` the
         threads fill themselves, each the rows its items read, right before their first
         kernel call (the copy then runs in parallel; a halo row two threads both need is
@@ -780,7 +780,7 @@ class _Convolution(GemmKernels, Primitive):
 
     def _strip_items(self, reads: list, sp, pixel: int, n: int, h0: int, h1: int, row0: int, dst_pixel: int) -> list:
         """Image ``n``'s output rows h0..h1-1 read with edge strips (``pd._strips``): the
-        columns inside, from the source ``x`` in place, one row of them at a time; then
+        columns inside, from the source in place, one row of them at a time; then
         each edge column, down its strip. The first item copies the source's edge rows
         those output rows read into the strips. With ``pd._edges`` there are no strips:
         each edge column reads the source in place too, a call per class of its rows, its
