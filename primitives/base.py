@@ -9,8 +9,10 @@ cache, so an identical descriptor (same :meth:`PrimitiveDesc.key`) returns the s
 primitive object, kernels included.
 
 A :class:`Primitive` subclass implements ``_execute(mem, scratchpad)``, which may
-return a :class:`Replay` so that a repeated call with the same arrays skips the checks
-and the set-up. Before it, :meth:`Primitive.execute` has
+return a :class:`Replay` so that a repeated call with the same arrays (or new ones laid
+out alike: :meth:`Replay.moves`) skips the checks and the set-up; on a user scratchpad,
+one that writes back what its set-up left there (:func:`restoring`), since other
+primitives may set up in it between two calls. Before it, :meth:`Primitive.execute` has
 
 * checked that ``args`` holds every argument the descriptor needs (:meth:`PrimitiveDesc.exec_arg_names`)
   and nothing else, naming the missing or unexpected one,
@@ -312,6 +314,11 @@ def check_descs(required: Mapping[str, Any], optional: Mapping[str, Any] | None 
 class Primitive:
     """An executable primitive; subclasses implement ``_execute(mem, scratchpad)``."""
 
+    # Whether the replays ``_execute`` returns on a user scratchpad write back what their
+    # set-up left there (:func:`restoring`): then the argument sets that share it keep
+    # their replays; else a call that sets up there forgets them all.
+    restores_scratchpad = False
+
     def __init__(self, pd: PrimitiveDesc) -> None:
         if not isinstance(pd, PrimitiveDesc):
             raise TypeError(f"pd: expected a PrimitiveDesc, got {type(pd).__name__}")
@@ -480,7 +487,7 @@ class Primitive:
         or in this thread's slot for ``args``), if any."""
         spec = self._spec()
         self._local.last = None  # (a replay of this thread's slots only, never one a set-up may have left stale)
-        if spec.user_scratchpad and spec.scratch_need:
+        if spec.user_scratchpad and spec.scratch_need and not self.restores_scratchpad:
             self._forget_replays()  # argument sets may share the caller's scratchpad
         mem = spec.fast(args) if quiet else None
         if mem is not None:  # dense arrays of exactly the expected shapes: checked already
@@ -531,6 +538,27 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self.pd!r}>"
+
+
+def restoring(replay: "Replay | None", region: np.ndarray, restore_rest: Callable[[], None] | None = None
+              ) -> "Replay | None":
+    """``replay`` of a call on a user scratchpad, made to write back before each run what
+    its set-up left in ``region`` of that scratchpad (a copy taken now), and to call
+    ``restore_rest`` (a padded source's borders): another primitive, or another argument
+    set, may have set up there since. (A primitive whose replays do this in user mode says
+    so by ``restores_scratchpad``.)"""
+    if replay is None:
+        return None
+    saved, run = region.copy(), replay.run
+
+    def restore_and_run() -> None:
+        np.copyto(region, saved)
+        if restore_rest is not None:
+            restore_rest()
+        run()
+    restore_and_run.plan = getattr(run, "plan", None)  # (keeps what the calls point into alive, as run did)
+    replay.run = restore_and_run
+    return replay
 
 
 class EmptyPrimitive(Primitive):

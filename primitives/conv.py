@@ -57,6 +57,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -66,7 +67,7 @@ from jit.gemm_kernel import choose_tile
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, view_maker
+from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, restoring, view_maker
 from primitives.checks import check_no_zero_dim
 from primitives.gemm import Choice, fast_path
 from primitives import conv_blocking as blocking
@@ -434,6 +435,8 @@ def _broadcast(src1: MemoryDesc, dst: MemoryDesc, index: int) -> str:
 
 
 class _Convolution(GemmKernels, Primitive):
+    restores_scratchpad = True  # (its replays on a user scratchpad: restoring())
+
     def __init__(self, pd: ConvolutionDesc):
         super().__init__(pd)
         self._plans: dict = {}
@@ -565,7 +568,7 @@ class _Convolution(GemmKernels, Primitive):
         run.plan = plan
         run()
         views = copy_source is None or np.may_share_memory(x, src.array)  # not a copy of the source
-        if not (kept and wmem.desc.is_packed and not copied and views):
+        if not (wmem.desc.is_packed and not copied and views):
             return None
         a_is_src, rows_is_src = a is src.array, rows_src is src.array
         # What the set-up took of the source and dst, taken of new arrays the same way
@@ -586,7 +589,14 @@ class _Convolution(GemmKernels, Primitive):
                                        for name in (post_op_src1(i) for i, _ in pd._binary)}, dst.desc)
             self._aim(plan, x if a_is_src else a, c if c_nhwc is not None else arrays[DST],
                       None if rows_src is None else x, sp, dst_scale, binaries)
-        return Replay(run, by_value=(BIAS,), move=move)
+        replay = Replay(run, by_value=(BIAS,), move=move)
+        if kept:
+            return replay
+        # A user scratchpad: at each run the per-column vectors written back, and the
+        # padded source's borders (and strips) filled with the zero point again.
+        pad = sp[:pd._pad_bytes] if not pd._direct_src() and pd._pad_bytes else None
+        return restoring(replay, sp[tmp_end: tmp_end + pd._cols_bytes], None if pad is None else
+                         functools.partial(pad.fill, (zp_src & 0xFF)))
 
     def _pixels(self, src: Memory) -> np.ndarray:
         """The source as whole pixels (n, d, h, w, groups, channels of a group): a view of

@@ -40,7 +40,7 @@ import numpy as np
 
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, view_maker
+from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, restoring, view_maker
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
@@ -407,6 +407,8 @@ def _read_in_place() -> None:
 
 
 class _GemmBasedPrimitive(GemmKernels, Primitive):
+    restores_scratchpad = True  # (its replays on a user scratchpad: restoring())
+
     def __init__(self, pd: _GemmBasedDesc):
         super().__init__(pd)
         self._plans: dict = {}
@@ -478,7 +480,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             n_pad = self.pd._n_padded
             cols = sp[: 16 * n_pad].view(np.float32).reshape(4, n_pad)
             views = self._sp_views[key] = {"col_comp": cols[0].view(np.int32), "scale": cols[1], "bias": cols[2],
-                                           "dst_zp": cols[3], "a4": sp[16 * n_pad:], "sp": sp, "last": {},
+                                           "dst_zp": cols[3], "columns": cols, "a4": sp[16 * n_pad:], "sp": sp,
+                                           "last": {},
                                            "partial": sp[16 * n_pad:20 * n_pad].view(np.int32)}
         return views
 
@@ -528,12 +531,10 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             for st in plan.structs:
                 st.dst_scale_inv = dst_scale
             plan.run(a_all, w, c_all, zp_src)
-            if not kept:
-                return None
             replay = self._replay([(plan, None, a_all, _read_in_place, None)], keep, False)
             if replay is not None:
                 replay.move = self._mover(None, mem[WEIGHTS], w_all, views, rows, zp_src, plan)
-            return replay
+            return replay if kept else restoring(replay, views["columns"])
         # Items that need nothing of each other (runtime weights of their own; no shared
         # compensation, or none at all; no padded source) go whole to one thread each,
         # dealt to the threads: a small item split between threads pays for the split and
@@ -583,14 +584,13 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if spread:
             together = CallPlan.spread([r[0].calls for r in runs], pd.threads, first_calls or None)
             together.run()
-        if not kept:
-            return None
         replay = self._replay(runs, keep, mem[WEIGHTS].desc.is_packed, together)
         if replay is not None and all(r[1] is None for r in runs):
             # The kernels read the caller's arrays alone (no padded source; binary operands
             # read in place, as _replay requires): new arrays are pointed at (Replay.moves).
             replay.move = self._mover([(r[0], r[3]) for r in runs], mem[WEIGHTS], w_all, views, rows, zp_src)
-        return replay
+        # (a user scratchpad: the per-column vectors written back at each run)
+        return replay if kept else restoring(replay, views["columns"])
 
     def _point_binaries(self, plan, arrays: dict, b: int) -> list:
         """Batch item ``b``'s plan at the binary operands among ``arrays`` (name -> ndarray);

@@ -267,19 +267,56 @@ def test_more_layers_than_slots_stay_exact(monkeypatch):
     assert len(p._local.slots) == base._SLOTS  # (_fresh's copies share their layer's weights: its slot)
 
 
-def test_user_scratchpad_shared_by_layers_replays_one_at_a_time(monkeypatch):
-    """Layers that share one user scratchpad: a layer's set-up there undoes another's, so
-    only the last set-up may replay; the results stay exact."""
-    layers = _layers_of_one_shape(2, user=True)
+def test_user_scratchpad_shared_by_layers_each_replay(monkeypatch):
+    """Layers that share one user scratchpad: a layer's set-up there undoes another's
+    (per-column values, the padded source's zero point), so each replay writes its own
+    back before its kernels run (primitives.base.restoring); every result stays exact."""
+    layers = _layers_of_one_shape(3, user=True)
     p = layers[0][0]
+    want = [_fresh(p, args) for _, args in layers]  # (each on a scratchpad of its own)
     shared = layers[0][1]["scratchpad"]
     for _, args in layers:
         args["scratchpad"] = shared
-    for _ in range(2):
-        for _, args in layers:
-            p.execute(args)
-            np.testing.assert_array_equal(args["dst"], _fresh(p, args))
-    assert p._replay_for(layers[0][1]) is None
+        p.execute(args)
+    assert all(p._replay_for(args) is not None for _, args in layers)
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        for _ in range(2):
+            for (_, args), expect in zip(layers, want):
+                args["dst"][...] = 0
+                p.execute(args)
+                np.testing.assert_array_equal(args["dst"], expect)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_user_scratchpad_shared_by_primitives_each_replay(threads, monkeypatch):
+    """Primitives of different shapes and kinds sharing one user scratchpad, called in
+    turn, each on new arrays at every other call: each replays (moved, where the arrays
+    are new), writing back what its set-up left there; every result stays exact."""
+    from primitives import primitive_cache
+
+    primitive_cache.clear()
+    made = [_conv(ic=16, pad=1, user=True, threads=threads), _conv(ic=8, pad=2, k=5, user=True, threads=threads),
+            _matmul_case(7, False, threads, user=True), _matmul_case(9, True, threads, user=True),
+            _conv(ic=16, pad=0, k=1, user=True, threads=threads)]
+    made[1][1]["zero_points:src"] = np.int32([200])  # (another zero point in the padded borders)
+    want = []
+    for p, args in made:
+        args["scratchpad"] = np.zeros(p.pd.scratchpad_desc().nbytes, np.uint8)
+        want.append(_fresh(p, args))
+    shared = np.zeros(max(p.pd.scratchpad_desc().nbytes for p, _ in made), np.uint8)
+    for p, args in made:
+        args["scratchpad"] = shared[:p.pd.scratchpad_desc().nbytes]
+        p.execute(args)
+    for round_ in range(3):
+        for (p, args), expect in zip(made, want):
+            call = args if round_ % 2 == 0 else dict(args, src=args["src"].copy(), dst=np.zeros_like(args["dst"]))
+            call["dst"][...] = 0
+            with monkeypatch.context() as m:
+                _no_setup(p, m)
+                p.execute(call)
+            np.testing.assert_array_equal(call["dst"], expect, err_msg=f"{p.pd.kind} round {round_}")
+    primitive_cache.clear()
 
 
 def test_bound_call_runs_the_kernels_on_the_current_values(monkeypatch):
@@ -602,7 +639,7 @@ def test_new_user_scratchpads_on_every_call_are_not_all_kept():
 
 
 # ------------------------------------------------------------------ new arrays: moved replays
-def _matmul_case(m: int, runtime: bool, threads: int, binary: str | None = None):
+def _matmul_case(m: int, runtime: bool, threads: int, binary: str | None = None, user: bool = False):
     """A matmul with the whole pipeline; weights packed through ``any``, or plain ones
     given at every call (``runtime``: read in place at 1-4 rows, else packed per call);
     ``binary``: an add post-op's operand kind ("row", "col", "full")."""
@@ -612,7 +649,8 @@ def _matmul_case(m: int, runtime: bool, threads: int, binary: str | None = None)
     dims = {"row": (m, 1), "col": (1, n), "full": (m, n)}.get(binary)
     if binary:
         po.binary("add", desc(dims, "f32", "ab"))
-    attr = Attr(scales={"src": 0, "weights": 2, "dst": 0}).set_post_ops(po)
+    attr = Attr(scales={"src": 0, "weights": 2, "dst": 0}, scratchpad_mode="user" if user else "library"
+                ).set_post_ops(po)
     pd = MatmulDesc(desc((m, k), "u8", "ab"), desc((k, n), "s8", "ab" if runtime else "any"),
                     desc((m, n), "u8", "ab"), desc((n,), "f32", "a"), attr=attr, threads=threads)
     w = rng.integers(-128, 128, (k, n)).astype(np.int8)
