@@ -860,3 +860,34 @@ def test_moved_replays_stay_inside_new_arrays(case, where, guarded, monkeypatch)
         _no_setup(p, m)
         p.execute(new)
     np.testing.assert_array_equal(new["dst"], want)
+
+
+def test_conv_on_two_python_threads_with_user_scratchpads():
+    """One convolution run from two Python threads at once, each with its own user
+    scratchpad and arrays (new ones at every other call: moved replays): each thread's
+    replays restore and point into its own, and every result is exact."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    p, base_args = _conv(ic=16, pad=1, user=True)
+
+    def job(seed):
+        args = _new_arrays(base_args, seed)
+        args["scratchpad"] = np.zeros(p.pd.scratchpad_desc().nbytes, np.uint8)
+        args["zero_points:src"] = np.int32([seed % 50])
+        p.execute(args)
+        want = args["dst"].copy()
+        ok = True
+        for i in range(30):
+            call = args if i % 2 else dict(args, src=args["src"].copy(), dst=np.zeros_like(args["dst"]))
+            p.execute(call)
+            ok = ok and np.array_equal(call["dst"], want)
+        return ok, want
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(job, range(1, 5)))
+    assert all(ok for ok, _ in results)
+    for seed, (_, want) in zip(range(1, 5), results):  # (each thread's first call: the full path)
+        args = _new_arrays(base_args, seed)
+        args["zero_points:src"] = np.int32([seed % 50])
+        np.testing.assert_array_equal(_fresh(p, dict(args, scratchpad=np.zeros(p.pd.scratchpad_desc().nbytes,
+                                                                               np.uint8))), want)
