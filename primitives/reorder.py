@@ -52,6 +52,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -60,7 +61,7 @@ import numpy as np
 from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, SIGNATURE, ReorderKernelSpec, code_isa
 from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
-from primitives.base import Primitive, PrimitiveDesc
+from primitives.base import Primitive, PrimitiveDesc, Replay
 from primitives.checks import dtype_text
 from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc, identity_tag
 from runtime import isa as isa_mod
@@ -248,19 +249,23 @@ class Reorder(Primitive):
     def impl_info(self) -> dict:
         return self.pd.impl_info()
 
-    def _execute(self, mem: dict, scratchpad) -> None:
+    def _execute(self, mem: dict, scratchpad) -> Replay:
         values = {name: mem[_key(kind, arg)].data for name, arg, kind in _ATTR_ARGS
                   if self.pd._masks[name] is not None}
-        self._run(mem[SRC], mem[DST], values)
+        again = self._run(mem[SRC], mem[DST], values)
+        # The same arrays next time (scales and zero points compared by value): the kernel
+        # calls alone (64x768 f32 -> u8: 23.6 -> 8 us a call), or the numpy path again.
+        return again or Replay(functools.partial(self._run, mem[SRC], mem[DST], values))
 
-    def _run(self, src: Memory, dst: Memory, values: dict) -> None:
+    def _run(self, src: Memory, dst: Memory, values: dict) -> Replay | None:
         pd = self.pd
         if self._inner is not None:
             self._execute_packed(src, dst, values)
         elif pd._spec is not None:
-            self._execute_jit(src, dst, values)
+            return self._execute_jit(src, dst, values)
         else:
             self._execute_numpy(src, dst, values)
+        return None
 
     def _expanded(self, values: dict) -> dict:
         dims = self.pd.src_desc().dims
@@ -302,7 +307,9 @@ class Reorder(Primitive):
                 tables[name] = (padded, 0)
         return tables
 
-    def _execute_jit(self, src: Memory, dst: Memory, values: dict) -> None:
+    def _execute_jit(self, src: Memory, dst: Memory, values: dict) -> Replay:
+        """The kernel over src and dst, a call per thread chunk; returns its replay (which
+        moves to new arrays of the same layouts: its structs pointed at them)."""
         pd = self.pd
         view = pd._view
         tables = self._tables(values)
@@ -314,11 +321,11 @@ class Reorder(Primitive):
         else:  # few long rows: split the columns too, in whole cache lines
             chunks = [(r, r + 1, b, e) for r in range(view.rows)
                       for b, e in split(view.n, max(1, threads // view.rows), 64)]
-        structs = []
+        structs, offsets = [], []
         for r0, r1, c0, c1 in chunks:
             s = ffi.new("struct i8j_reorder_args *")
-            s.src = s_ptr + (r0 * view.n + c0) * s_item
-            s.dst = d_ptr + (r0 * view.n + c0) * d_item
+            offsets.append(((r0 * view.n + c0) * s_item, (r0 * view.n + c0) * d_item))
+            s.src, s.dst = s_ptr + offsets[-1][0], d_ptr + offsets[-1][1]
             s.src_stride, s.dst_stride = view.n * s_item, view.n * d_item
             s.rows, s.n = r1 - r0, c1 - c0
             for i, name in enumerate(ATTRS):
@@ -328,8 +335,15 @@ class Reorder(Primitive):
                     s.attr[i] = ffi.cast("float *", pointer_to(table)) + offset // 4
                     s.attr_stride[i] = stride
             structs.append(s)
-        run_chunks(self._kernel.function, structs)
-        del tables  # the structs held raw addresses into these until the calls returned
+        run = functools.partial(run_chunks, self._kernel.function, structs)
+        run.tables = tables  # the structs hold raw addresses into these
+        run()
+
+        def move(arrays: dict) -> None:  # (Replay.moves)
+            s_ptr, d_ptr = pointer_to(arrays[SRC]), pointer_to(arrays[DST])
+            for s, (s_off, d_off) in zip(structs, offsets):
+                s.src, s.dst = s_ptr + s_off, d_ptr + d_off
+        return Replay(run, move=move)
 
     def _execute_packed(self, src: Memory, dst: Memory, values: dict) -> None:
         inner = self._inner

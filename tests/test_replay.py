@@ -891,3 +891,86 @@ def test_conv_on_two_python_threads_with_user_scratchpads():
         args["zero_points:src"] = np.int32([seed % 50])
         np.testing.assert_array_equal(_fresh(p, dict(args, scratchpad=np.zeros(p.pd.scratchpad_desc().nbytes,
                                                                                np.uint8))), want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", ["quantize", "dequantize", "transpose", "pack weights"])
+def test_reorder_replays_and_moves(case, threads, monkeypatch):
+    """A reorder called again: with the same arrays (new values in place) the kernel calls
+    alone, with new arrays of the same layouts the replay moved to them; other scale or
+    zero-point values, the full path; every result as reorder_ref's (or a fresh call's)."""
+    from primitives import primitive_cache, reorder
+    from primitives.reorder import ReorderDesc
+
+    monkeypatch.setattr(reorder, "_SMALL", 1)  # (a small reorder takes one thread: split this one)
+    rng = np.random.default_rng(6)
+    shape = (6, 40, 33)
+    if case == "quantize":
+        pd = ReorderDesc(desc(shape, "f32", "abc"), desc(shape, "s8", "abc"),
+                          attr=Attr(scales={"dst": 4}, zero_points={"dst": 0}), threads=threads)
+        make = lambda: rng.normal(0, 50, shape).astype(np.float32)  # noqa: E731
+        extra = {"scales:dst": rng.uniform(0.5, 2, 33).astype(np.float32), "zero_points:dst": np.int32([-3])}
+    elif case == "dequantize":
+        pd = ReorderDesc(desc(shape, "u8", "abc"), desc(shape, "f32", "abc"),
+                          attr=Attr(scales={"src": 2}, zero_points={"src": 0}), threads=threads)
+        make = lambda: rng.integers(0, 256, shape).astype(np.uint8)  # noqa: E731
+        extra = {"scales:src": rng.uniform(0.01, 0.1, 40).astype(np.float32), "zero_points:src": np.int32([128])}
+    elif case == "transpose":
+        pd = ReorderDesc(desc(shape, "s8", "abc"), desc(shape, "s8", "cab"), threads=threads)
+        make = lambda: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
+        extra = {}
+    else:
+        mm = MatmulDesc(desc((8, 40), "u8", "ab"), desc((40, 33), "s8", "any"), desc((8, 33), "s32", "ab"))
+        pd = ReorderDesc(desc((40, 33), "s8", "ab"), mm.weights_desc(), threads=threads)
+        shape = (40, 33)
+        make = lambda: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
+        extra = {}
+    primitive_cache.clear()
+    p = pd.create()
+
+    def dst_of():
+        return Memory(pd.dst_desc()) if case == "pack weights" else np.zeros(pd.dst_desc().physical_shape,
+                                                                              pd.dst_desc().numpy_dtype)
+
+    def fresh(args):  # the full path, on copies
+        copy = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
+        copy["dst"] = dst_of()
+        p._forget_replays()
+        p.execute(copy)
+        return copy["dst"]
+
+    def same(a, b):
+        if isinstance(a, Memory):
+            x = np.zeros((8, 40), np.uint8) + 1
+            outs = []
+            for w in (a, b):  # packed weights: equal when a matmul computes the same with them
+                y = np.zeros((8, 33), np.int32)
+                mm.create().execute({"src": x, "weights": w, "dst": y})
+                outs.append(y)
+            return np.array_equal(*outs)
+        return np.array_equal(a, b)
+
+    args = dict(extra, src=make(), dst=dst_of())
+    p.execute(args)
+    assert same(args["dst"], fresh(args))
+    p.execute(args)
+    args["src"][...] = make()  # new values in place: the replay
+    with monkeypatch.context() as m:
+        _no_setup(p, m)
+        p.execute(args)
+    assert same(args["dst"], fresh(args))
+    p.execute(args)
+    moved = dict(args, src=make(), dst=dst_of(), **{k: v.copy() for k, v in extra.items()})
+    with monkeypatch.context() as m:
+        # (a packed dst is a Memory: the same object or the full path; the numpy routes
+        # replay the same arrays only)
+        if case != "pack weights" and pd.impl_info()["impl"].startswith("jit"):
+            _no_setup(p, m)
+        p.execute(moved)
+    assert same(moved["dst"], fresh(moved))
+    if extra:
+        other = dict(moved, dst=dst_of(), **{k: (v * 2).astype(v.dtype) for k, v in extra.items()})
+        p.execute(other)
+        assert same(other["dst"], fresh(other))
+        assert not same(other["dst"], moved["dst"])
+    primitive_cache.clear()
