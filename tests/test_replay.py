@@ -234,14 +234,21 @@ def _layers_of_one_shape(count, user=False):
     return layers
 
 
-def test_layers_of_one_shape_each_replay(monkeypatch):
+@pytest.mark.parametrize("user", [False, True])
+def test_layers_of_one_shape_each_replay(user, monkeypatch):
     """A network's layers of one shape share the primitive and call it in turn: each
-    keeps its own set-up (and library scratchpad) and replays, bit for bit."""
-    layers = _layers_of_one_shape(3)
+    keeps its own set-up (and library scratchpad) and replays, bit for bit. ``user``: the
+    layers share one user scratchpad, where a layer's set-up undoes another's (per-column
+    values, the padded source's zero point), so each replay writes its own back before
+    its kernels run (primitives.base.restoring)."""
+    layers = _layers_of_one_shape(3, user=user)
     p = layers[0][0]
     want = [_fresh(p, args) for _, args in layers]  # (copies with the same weights: their slots)
     for _, args in layers:
+        if user:
+            args["scratchpad"] = layers[0][1]["scratchpad"]
         p.execute(args)
+    assert all(p._replay_for(args) is not None for _, args in layers)
     with monkeypatch.context() as m:
         _no_setup(p, m)
         for _ in range(2):
@@ -265,27 +272,6 @@ def test_more_layers_than_slots_stay_exact(monkeypatch):
             p.execute(args)
             np.testing.assert_array_equal(args["dst"], _fresh(p, args))
     assert len(p._local.slots) == base._SLOTS  # (_fresh's copies share their layer's weights: its slot)
-
-
-def test_user_scratchpad_shared_by_layers_each_replay(monkeypatch):
-    """Layers that share one user scratchpad: a layer's set-up there undoes another's
-    (per-column values, the padded source's zero point), so each replay writes its own
-    back before its kernels run (primitives.base.restoring); every result stays exact."""
-    layers = _layers_of_one_shape(3, user=True)
-    p = layers[0][0]
-    want = [_fresh(p, args) for _, args in layers]  # (each on a scratchpad of its own)
-    shared = layers[0][1]["scratchpad"]
-    for _, args in layers:
-        args["scratchpad"] = shared
-        p.execute(args)
-    assert all(p._replay_for(args) is not None for _, args in layers)
-    with monkeypatch.context() as m:
-        _no_setup(p, m)
-        for _ in range(2):
-            for (_, args), expect in zip(layers, want):
-                args["dst"][...] = 0
-                p.execute(args)
-                np.testing.assert_array_equal(args["dst"], expect)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
