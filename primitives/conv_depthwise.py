@@ -65,10 +65,10 @@ from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS,
                                    zp_route)
 from jit.output import OutputSpec
 from primitives import verbose
-from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
+from primitives.attr import BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.checks import check_disjoint, check_no_zero_dim
 from primitives.pipeline import dst_stage, output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay, keyed_slot, slot_key
+from primitives.base import Primitive, PrimitiveDesc, Replay, keyed_slot, restoring, slot_key
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, identity_tag, packed_desc
 from primitives.reference import wrap_int32
 from runtime import isa as isa_mod
@@ -566,9 +566,9 @@ class DepthwiseConv(Primitive):
         Three routes, cheapest first: the same objects as this argument set's last call on
         this thread (a :class:`~primitives.base.Replay`: identity, shape, dtype, the small
         arguments' bytes, then the kernel call alone); dense ndarrays (and the packed
-        weights Memory) of exactly the descriptor's shapes, checked here in fewer steps
-        than :meth:`Primitive.execute`; anything else, user scratchpads, or verbose mode,
-        through :meth:`Primitive.execute`. Each argument set (its packed weights, as
+        weights Memory) of exactly the descriptor's shapes (and a user scratchpad, in that
+        mode), checked here in fewer steps than :meth:`Primitive.execute`; anything else,
+        or verbose mode, through :meth:`Primitive.execute`. Each argument set (its packed weights, as
         :func:`~primitives.base.slot_key` tells them apart) has its own structs and
         replay, so layers of one shape, which share this primitive, replay in turn.
         """
@@ -580,7 +580,8 @@ class DepthwiseConv(Primitive):
             return
         local.replay = None
         checks = self._checks
-        if type(args) is dict and len(args) == len(checks) and not self._user and not verbose.enabled("exec"):
+        if type(args) is dict and len(args) == len(checks) + self._user and (not self._user or SCRATCHPAD in args) \
+                and not verbose.enabled("exec"):
             key = []  # the bytes of the scales, zero points and bias, in _param_names order
             for name, shape, dtype, role, packed in checks:
                 value = args.get(name)
@@ -596,9 +597,13 @@ class DepthwiseConv(Primitive):
                                                                      and value.desc != packed):
                     break
             else:
-                check_disjoint(args, (DST,), self.pd.kind)
-                if self._run(args, None, tuple(key)):
-                    self._remember_run(args)
+                # (a user scratchpad, checked as Primitive.execute checks it: the per-channel
+                # vectors go there, and the replay writes them back before each run)
+                scratchpad = self._scratchpad(args, self._spec()) if self._user else None
+                check_disjoint({k: v for k, v in args.items() if k != SCRATCHPAD}, (DST,), self.pd.kind,
+                               args.get(SCRATCHPAD))
+                if self._run(args, scratchpad, tuple(key)):
+                    self._remember_run(args, scratchpad)
                     return
         super().execute(args)
 
@@ -614,16 +619,17 @@ class DepthwiseConv(Primitive):
                                lambda: SimpleNamespace(replay=None, structs=None, held=None, calls=None))
         return local.cur
 
-    def _remember_run(self, args: dict) -> None:
+    def _remember_run(self, args: dict, scratchpad: np.ndarray | None = None) -> None:
         """The replay of this fast-path call: the kernel on this thread's structs, which
         ``_run`` just pointed at these arrays and at the vectors made of these values
-        (``local.held`` keeps those alive)."""
+        (``local.held`` keeps those alive; on a user ``scratchpad``, which the replay
+        writes back first: :func:`~primitives.base.restoring`)."""
         local = self._local.cur
         function, structs = local.held[0].function, local.structs
         run = partial(function, structs[0]) if len(structs) == 1 else self._call_plan(function, structs).run
         replay = Replay(run, move=lambda arrays: self._point(structs, arrays))
         if replay.remember(args, self._by_value, (DST,)):
-            local.replay = replay
+            local.replay = replay if scratchpad is None else restoring(replay, scratchpad)
 
     def _fast_checks(self) -> tuple:
         """(name, physical shape, dtype, role, packed desc or None) of every argument the fast

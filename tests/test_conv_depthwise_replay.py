@@ -15,7 +15,7 @@ from primitives.reorder import reorder_desc
 from tests.conftest import assert_same_bits, check_dst_changed_in_place, set_in_place
 
 
-def _layer(c=37, hw=9, stride=1, threads=1, packed=True, binary=False, zp=0, isa=None):
+def _layer(c=37, hw=9, stride=1, threads=1, packed=True, binary=False, zp=0, isa=None, user=False):
     """A MobileNet-like layer (u8 src, per-channel scales, bias, relu, dst scale) and its args."""
     rng = np.random.default_rng(c * 7 + hw + stride)
     po = PostOps().eltwise("relu")
@@ -24,7 +24,8 @@ def _layer(c=37, hw=9, stride=1, threads=1, packed=True, binary=False, zp=0, isa
     if binary:
         po = po.binary("add", desc((n, 1, oh, oh), "f32", "abcd"))
     zps = {"src": 0} if zp else {}
-    attr = Attr(scales={"src": 0, "weights": 1, "dst": 0}, zero_points=zps).set_post_ops(po)
+    attr = Attr(scales={"src": 0, "weights": 1, "dst": 0}, zero_points=zps,
+                scratchpad_mode="user" if user else "library").set_post_ops(po)
     pd = DepthwiseConvDesc(desc((n, c, hw, hw), "u8", "nhwc"), desc((c, 1, 1, 3, 3), "s8", "any" if packed else
                                                                    "goihw"),
                            desc((n, c, oh, oh), "u8", "nhwc"), desc((c,), "f32", "a"), strides=(stride, stride),
@@ -43,6 +44,8 @@ def _layer(c=37, hw=9, stride=1, threads=1, packed=True, binary=False, zp=0, isa
         args["post_op:1:src_1"] = rng.normal(0, 5, (n, 1, oh, oh)).astype(np.float32)
     if zp:
         args["zero_points:src"] = np.int32([zp])
+    if user:
+        args["scratchpad"] = np.zeros(pd.scratchpad_desc().nbytes, np.uint8)
     return pd.create(), args, w
 
 
@@ -146,6 +149,28 @@ def test_new_arrays_move_the_replay(threads, packed, binary, monkeypatch):
         last = new
     p.execute(dict(last, **{"scales:dst": np.float32([0.5])}))  # other values: the full path
     np.testing.assert_array_equal(last["dst"], _model(dict(last, **{"scales:dst": np.float32([0.5])}), w))
+
+
+def test_user_scratchpad_shared_by_layers_replays(monkeypatch):
+    """Depthwise layers of two shapes sharing one user scratchpad (the per-channel vectors
+    go there), called in turn: each replays, writing its vectors back first, on the same
+    arrays and on new ones; every result is the model's."""
+    made = [_layer(c=37, user=True), _layer(c=24, hw=11, stride=2, zp=9, user=True)]
+    shared = np.zeros(max(p.pd.scratchpad_desc().nbytes for p, _, _ in made), np.uint8)
+    for p, args, w in made:
+        args["scratchpad"] = shared[:p.pd.scratchpad_desc().nbytes]
+        p.execute(args)
+    rng = np.random.default_rng(4)
+    for round_ in range(4):
+        for (p, args, w), stride in zip(made, (1, 2)):
+            call = args if round_ % 2 == 0 else dict(args, src=rng.integers(0, 256, args["src"].shape).astype(np.uint8),
+                                                     dst=np.zeros_like(args["dst"]))
+            with monkeypatch.context() as m:
+                _refuse_setup(p, m)
+                p.execute(call)
+            np.testing.assert_array_equal(call["dst"], _model(call, w, stride), err_msg=f"round {round_}")
+    with pytest.raises(ValueError, match="^scratchpad: buffer of 8 bytes"):
+        made[0][0].execute(dict(made[0][1], scratchpad=np.zeros(8, np.uint8)))
 
 
 def test_replay_not_taken_when_arrays_change():
