@@ -595,6 +595,21 @@ def keyed_slot(table: dict, key: Hashable, make: Callable[[], Any], retire: Call
     return entry
 
 
+_KEPT_SETUPS = threading.local()  # per thread: kind -> {signature: set-up}
+
+
+def kept_setup(kind: str, key, make: Callable[[], Any]):
+    """What a numpy-style function (``quantize``, ``pool2d``) set up for a call of
+    signature ``key`` (its primitive, how it takes the arrays), kept per thread and ``kind``
+    (at most ``_SLOTS``, the oldest dropped): ``make()`` on a miss, and each time for a key
+    that cannot be hashed. The primitive then replays, or moves to the call's new arrays."""
+    try:
+        hash(key)
+    except TypeError:  # (an argument that is not hashable: make() says what is wrong with it)
+        return make()
+    return keyed_slot(_KEPT_SETUPS.__dict__.setdefault(kind, {}), key, make)
+
+
 class _Slot:
     """One argument set's library scratchpad and replay, on one thread."""
 

@@ -61,7 +61,7 @@ import numpy as np
 from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, SIGNATURE, ReorderKernelSpec, code_isa
 from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
-from primitives.base import Primitive, PrimitiveDesc, Replay
+from primitives.base import Primitive, PrimitiveDesc, Replay, kept_setup, view_maker
 from primitives.checks import dtype_text
 from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc, identity_tag
 from runtime import isa as isa_mod
@@ -416,8 +416,7 @@ def dequantize(q, scale, zero_point=0, axis: int | None = None, *, isa: str | No
 
 def _convert(x: np.ndarray, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, isa) -> np.ndarray:
     dims = x.shape or (1,)
-    attr = Attr()
-    args = {}
+    masks, args = [], {}
     for arg, value, kind in ((SRC, src_scale, "scales"), (SRC, src_zp, "zero_points"),
                              (DST, dst_scale, "scales"), (DST, dst_zp, "zero_points")):
         if value is None:
@@ -427,17 +426,43 @@ def _convert(x: np.ndarray, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, 
         if kind == "zero_points" and arr.size == 1 and not arr.any():
             continue  # zero point 0: skip the subtraction (same bits)
         mask = _axis_mask(name, axis, len(dims), value)
+        masks.append((arg, kind, mask))
         if kind == "scales":
-            attr.set_scales_mask(arg, mask)
             args[scales(arg)] = check_scales(name, value, mask, dims)
         else:
-            attr.set_zero_points_mask(arg, mask)
             args[zero_points(arg)] = check_zero_points(name, value, mask, dims)
-    src = _source(x)
-    dst_md = desc(src.desc.dims, dst_dt, src.desc.tag)
+
+    def build():  # the primitive of this call, with x as a Memory and dst's descriptor
+        attr = Attr()
+        for arg, kind, mask in masks:
+            (attr.set_scales_mask if kind == "scales" else attr.set_zero_points_mask)(arg, mask)
+        src = _source(x)
+        dst_md = desc(src.desc.dims, dst_dt, src.desc.tag)
+        return ReorderDesc(src.desc, dst_md, attr, isa).create(), src, dst_md
+
+    made = []  # (this call's build(), where make() ran)
+
+    def make():  # the primitive of this signature, and how it takes x and gives the result
+        made.append(build())
+        p, src, dst_md = made[0]
+        out = np.empty(dst_md.physical_shape, dst_md.numpy_dtype)
+        take_src = view_maker(src.array, x)
+        take_out = view_maker(Memory.trusted(dst_md, out).logical().reshape(x.shape), out)
+        # (False: a source not dense in memory, copied at every call)
+        return (p, take_src, out.shape, out.dtype, take_out) if take_src and take_out else False
+
+    kept = kept_setup("reorder", (x.dtype.str, x.shape, x.strides, dst_dt, tuple(masks),
+                                  isa_mod.planning_isa(isa) if isinstance(isa, (str, type(None))) else isa), make)
+    if kept:  # (quantize of 64x768 with a scale and a zero point: 159 -> 24 us a call)
+        p, take_src, shape, dtype, take_out = kept
+        out = np.empty(shape, dtype)
+        args[SRC], args[DST] = take_src(x), out
+        p.execute(args)
+        return take_out(out)
+    p, src, dst_md = made[0] if made else build()
     out = Memory(dst_md)
     args[SRC], args[DST] = src, out
-    ReorderDesc(src.desc, dst_md, attr, isa).create().execute(args)
+    p.execute(args)
     return out.logical().reshape(x.shape)
 
 

@@ -376,3 +376,28 @@ def test_bad_pool2d_arguments():
         pool2d(x, 2, padding=-1)
     with pytest.raises(ValueError, match="^stride"):
         pool2d(x, 2, stride=0)
+
+
+def test_pool2d_calls_keep_their_setup(monkeypatch):
+    """pool2d keeps each call signature's primitive (per thread): calls like an earlier one
+    (new values, new arrays, a non-contiguous view) build no descriptor and stay exact; its
+    arguments are still checked on a new signature."""
+    from primitives import pooling
+
+    rng = np.random.default_rng(13)
+    pool2d(np.zeros((2, 9, 8, 5), np.uint8), 3, 2, 1, alg="avg_exclude_padding")
+    pool2d(np.zeros((2, 5, 9, 8), np.int8), (2, 3), layout="nchw")
+    built = []
+    real = pooling.PoolingDesc
+    monkeypatch.setattr(pooling, "PoolingDesc", lambda *a, **k: built.append(1) or real(*a, **k))
+    for _ in range(3):
+        x = rng.integers(0, 256, (2, 9, 8, 5)).astype(np.uint8)
+        want = pooling_ref(x, "avg_exclude_padding", (3, 3), (2, 2), (1, 1), (1, 1))
+        assert np.array_equal(pool2d(x, 3, 2, 1, alg="avg_exclude_padding"), want)
+        big = rng.integers(-128, 128, (2, 5, 9, 16)).astype(np.int8)
+        view = big[..., ::2]  # (copied to a dense array: the same signature)
+        want = np.moveaxis(pooling_ref(np.moveaxis(view, 1, -1), "max", (2, 3), (2, 3), (0, 0), (0, 0)), -1, 1)
+        assert np.array_equal(pool2d(view, (2, 3), layout="nchw"), want)
+    assert not built
+    with pytest.raises(ValueError, match="^kernel"):  # (a new signature: checked, refused)
+        pool2d(np.zeros((2, 9, 8, 5), np.uint8), 11)

@@ -458,3 +458,39 @@ def test_empty_arrays_are_checked_and_converted_to_empty():
         quantize(np.zeros(0, np.float32), 1.0, dt="u4")
     with pytest.raises(TypeError, match="^q: "):
         dequantize(np.zeros(0, np.float32), 1.0)
+
+
+def test_quantize_calls_keep_their_setup(monkeypatch):
+    """quantize/dequantize keep each call signature's primitive (per thread): calls like an
+    earlier one (new values, new scale and zero-point values, new arrays) build no
+    descriptor and stay exact; a strided source, copied at every call, and a new
+    signature build theirs."""
+    from primitives import reorder
+
+    rng = np.random.default_rng(12)
+    shapes = [(5, 7, 9), (3, 5, 9)]
+    for shape in shapes:  # (the first call of each signature sets up)
+        quantize(np.zeros(shape, np.float32), np.ones(9, np.float32), 1, "s8", axis=2)
+        dequantize(np.zeros(shape, np.uint8), 0.5, 3)
+        quantize(np.zeros((9, 7, 5), np.float32).transpose(2, 1, 0), 0.5)
+    built = []
+    real = reorder.ReorderDesc
+    monkeypatch.setattr(reorder, "ReorderDesc", lambda *a, **k: built.append(1) or real(*a, **k))
+    for _ in range(3):
+        for shape in shapes:
+            x = rng.normal(0, 20, shape).astype(np.float32)
+            s, zp = rng.uniform(0.05, 0.5, 9).astype(np.float32), int(rng.integers(-20, 20))
+            q = quantize(x, s, zp, "s8", axis=2)
+            assert np.array_equal(q, reorder_ref(x, "f32", "s8", dst_scale=s, dst_scale_mask=4, dst_zp=[zp]))
+            u = rng.integers(0, 256, shape).astype(np.uint8)
+            assert np.array_equal(dequantize(u, 0.25, 7), reorder_ref(u, "u8", "f32", src_scale=[0.25], src_zp=[7]))
+        t = rng.normal(0, 20, (9, 7, 5)).astype(np.float32).transpose(2, 1, 0)  # dense, another dim order
+        assert np.array_equal(quantize(t, 0.5), reorder_ref(np.ascontiguousarray(t), "f32", "u8", dst_scale=[0.5]))
+    assert not built
+    strided = rng.normal(0, 20, (5, 14, 9)).astype(np.float32)[:, ::2]
+    for _ in range(2):
+        assert np.array_equal(quantize(strided, 0.5), reorder_ref(np.ascontiguousarray(strided), "f32", "u8",
+                                                                   dst_scale=[0.5]))
+    assert len(built) == 2  # (copied at every call: the general route)
+    with pytest.raises(ValueError, match="^scale: got 5 values; expected 9"):
+        quantize(np.zeros((5, 7, 9), np.float32), np.ones(5, np.float32), axis=2)
