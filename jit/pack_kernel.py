@@ -30,6 +30,8 @@ Example::
 """
 from __future__ import annotations
 
+from runtime.ffi import pointer_to
+
 ARGS_CDEF = """
 struct i8j_pack_args {
     void *src; void *dst; void *colsum;
@@ -221,10 +223,6 @@ class VnniPacker:
     def point(self, b) -> None:
         """Point the calls at ``b`` (as :meth:`__call__` takes it), packing nothing: for
         :meth:`item_call`'s calls (a padded copy of ``b`` is made now, where one is needed)."""
-        import numpy as np
-
-        from runtime.ffi import pointer_to
-
         batch = b.ndim == 3
         if b.shape != ((self.items,) if batch else ()) + (self.k, self.n) or not batch and self.items != 1:
             raise ValueError(f"weights: expected {self.items} x {self.k} x {self.n} (items x K x N), got {b.shape}")
@@ -237,6 +235,8 @@ class VnniPacker:
         if (rows, width) != whole or src.strides[2] != 1 or src.strides[1] < width \
                 or self.items > 1 and src.strides[0] < src.strides[1] * rows:
             if self._padded is None:
+                import numpy as np
+
                 self._padded = np.zeros((self.items,) + whole, np.int8)
             self._copy_from = src
             self._padded[:, :rows, :width] = src
