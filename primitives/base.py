@@ -636,10 +636,11 @@ class Replay:
     ``move(arrays)``, where the primitive gives one, points the calls at other arrays
     laid out as the recorded ones (``arrays``: name -> ndarray as the set-up took it, a
     Memory's array for a Memory). :meth:`moves` takes a call whose ndarrays are new
-    objects of the recorded shapes, dtypes and strides (the by-value ones holding the
-    recorded values; Memory objects, such as packed weights, the same), checks that no
-    output overlaps another argument, then moves the replay to them: a loop that makes
-    its arrays anew (a 128-token BERT linear's execute 204 -> 175 us, its kernels 168).
+    objects of the recorded shapes, dtypes and strides (plain Memory objects: new ones of
+    the same descriptor around such arrays; the by-value ones holding the recorded
+    values; packed Memory objects, such as weights, the same), checks that no output
+    overlaps another argument, then moves the replay to them: a loop that makes its
+    arrays anew (a 128-token BERT linear's execute 204 -> 175 us, its kernels 168).
     Anything else takes the full path.
     """
 
@@ -680,12 +681,14 @@ class Replay:
             array = value.array if memory else value
             if type(array) is not np.ndarray:
                 return False
-            movable = self.move is not None and not memory and name not in by_value and name != SCRATCHPAD
+            # (a plain Memory moves too: a new one of the same descriptor around a new array)
+            movable = self.move is not None and name not in by_value and name != SCRATCHPAD \
+                and (not memory or value.payload is None)
             layout.append((name, memory, name in by_value, name in outputs, movable))
             record += (value, array, value.payload) if memory else (value,)
             record += (array.shape, array.dtype)
             if movable:
-                record.append(array.strides)
+                record += (value.desc, array.strides) if memory else (array.strides,)
             if name in by_value:
                 record.append(array.tobytes())
         self._record = tuple(record)
@@ -772,18 +775,29 @@ def _matcher(layout: tuple):
         tests.append(f"{a}.shape != s{i} or {a}.dtype is not t{i}")
         if output:
             tests.append(f"not {a}.flags.writeable")
-        v = f"v{i}"
-        loose.append(f"type({v} := get({name!r})) is not ndarray or {v}.shape != s{i} or {v}.dtype != t{i}"
-                     if movable or by_value and not memory else f"get({name!r}) is not {o}")
-        if memory:
-            loose.append(f"{o}.array is not {a} or {o}.payload is not p{i}")
+        v, w = f"v{i}", f"w{i}"  # (the argument; a moved Memory's array)
+        if memory and movable:
+            loose.append(f"type({v} := get({name!r})) is not Memory or {v}.payload is not None "
+                         f"or ({v}.desc is not d{i} and {v}.desc != d{i}) "
+                         f"or ({w} := {v}.array).shape != s{i} or {w}.dtype != t{i}")
+        else:
+            loose.append(f"type({v} := get({name!r})) is not ndarray or {v}.shape != s{i} or {v}.dtype != t{i}"
+                         if movable or by_value and not memory else f"get({name!r}) is not {o}")
+            if memory:
+                loose.append(f"{o}.array is not {a} or {o}.payload is not p{i}")
+        array = (w if memory else v) if movable or by_value and not memory else a
         if output:
-            loose.append(f"not {v if movable else a}.flags.writeable")
-        new = [v if movable or by_value and not memory else o] + ([a, f"p{i}"] if memory else []) + [f"s{i}", f"t{i}"]
-        arrays.append(v if movable or by_value and not memory else a)
+            loose.append(f"not {array}.flags.writeable")
+        new = [v if movable or by_value and not memory else o]
+        new += ([w, "None"] if movable else [a, f"p{i}"]) if memory else []
+        new += [f"s{i}", f"t{i}"]
+        arrays.append(array)
         if movable:
+            if memory:
+                names.append(f"d{i}")
+                new.append(f"d{i}")
             names.append(f"r{i}")
-            loose.append(f"{v}.strides != r{i}")
+            loose.append(f"{w if memory else v}.strides != r{i}")
             new.append(f"r{i}")
         if by_value:
             names.append(f"b{i}")
@@ -807,7 +821,7 @@ def _matcher(layout: tuple):
               f"    if {' or '.join(overlaps)}:\n"
               f"        return None\n"
               f"    return {{{', '.join(f'{e[0]!r}: {x}' for e, x in zip(layout, arrays))}}}, ({', '.join(fresh)},)\n")
-    namespace: dict = {"ndarray": np.ndarray, "may": np.may_share_memory}
+    namespace: dict = {"ndarray": np.ndarray, "Memory": Memory, "may": np.may_share_memory}
     exec(compile(source, "<int8jit replay matcher>", "exec"), namespace)  # noqa: S102 - our own text
     made = _MATCHERS[layout] = namespace["matches"], namespace["moved"]
     return made

@@ -960,3 +960,41 @@ def test_reorder_replays_and_moves(case, threads, monkeypatch):
         assert same(other["dst"], fresh(other))
         assert not same(other["dst"], moved["dst"])
     primitive_cache.clear()
+
+
+@pytest.mark.parametrize("case", ["conv 3x3, source rows copied", "matmul, packed weights",
+                                  "matmul, weights read in place"])
+def test_new_memory_objects_move_the_replay(case, monkeypatch):
+    """oneDNN's style: a new Memory around each new array, of the same descriptor, at every
+    call; the replay moves to them as to new ndarrays. A Memory of another descriptor
+    (or one a reorder filled) takes the full path."""
+    make, _ = _MOVE_CASES[case]
+    p, args = make(1)
+
+    def wrapped(a):
+        return {k: Memory(p.pd.query(k), v) if k in ("src", "dst") or (k == "weights" and isinstance(v, np.ndarray))
+                else v for k, v in a.items()}
+    first = wrapped(args)
+    p.execute(first)
+    want = _fresh(p, args)
+    p.execute(first)
+    for seed in (1, 2):
+        new = _new_arrays(args, seed)
+        expect = _fresh(p, new)
+        p.execute(first)
+        call = wrapped(new)
+        with monkeypatch.context() as m:
+            _no_setup(p, m)
+            p.execute(call)
+        np.testing.assert_array_equal(call["dst"].array, expect)
+    np.testing.assert_array_equal(first["dst"].array, want)
+    # another descriptor of the same bytes (a 1-D array's): the full path, the same result
+    flat = dict(first, dst=Memory(desc((first["dst"].array.size,), first["dst"].desc.dt, "a"),
+                                  first["dst"].array.reshape(-1)))
+    ran = []
+    real = p._execute
+    with monkeypatch.context() as m:
+        m.setattr(p, "_execute", lambda *a: ran.append(1) or real(*a))
+        with pytest.raises((ValueError, TypeError)):
+            p.execute(flat)  # (a dst of another shape: refused, as on a first call)
+    assert not ran
