@@ -998,3 +998,46 @@ def test_new_memory_objects_move_the_replay(case, monkeypatch):
         with pytest.raises((ValueError, TypeError)):
             p.execute(flat)  # (a dst of another shape: refused, as on a first call)
     assert not ran
+
+
+def test_conv_plain_weights_packed_once_while_unchanged(monkeypatch):
+    """Plain weights given at every call are packed again only when their bytes change
+    (a one-entry cache): the same array, an equal copy, then new values in place and a
+    new array of other values; every result as a convolution on weights packed through
+    'any' gives, and the packing counted."""
+    from primitives import conv_weights
+
+    rng = np.random.default_rng(21)
+    attr = Attr(scales={"weights": 1, "dst": 0}).set_post_ops(PostOps().eltwise("relu"))
+    mds = (desc((1, 16, 9, 9), "u8", "nhwc"), desc((24, 16, 3, 3), "s8", "hwio"), desc((1, 24, 9, 9), "u8", "nhwc"),
+           desc((24,), "f32", "a"))
+    p = ConvolutionDesc(*mds, padding_l=(1, 1), attr=attr).create()
+    ref = ConvolutionDesc(mds[0], desc((24, 16, 3, 3), "s8", "any"), *mds[2:], padding_l=(1, 1), attr=attr).create()
+    packs = []
+    real = conv_weights.ConvWeightsLayout.pack_all
+    monkeypatch.setattr(conv_weights.ConvWeightsLayout, "pack_all", lambda self, w: packs.append(1) or real(self, w))
+    w = rng.integers(-128, 128, (3, 3, 16, 24)).astype(np.int8)  # hwio: the array in memory order
+    args = {"src": rng.integers(0, 256, (1, 9, 9, 16)).astype(np.uint8), "weights": w,
+            "bias": rng.normal(0, 50, 24).astype(np.float32), "dst": np.zeros((1, 9, 9, 24), np.uint8),
+            "scales:weights": rng.uniform(0.5, 2, 24).astype(np.float32) / 5000, "scales:dst": np.float32([0.25])}
+
+    def expect(a):
+        wmem = Memory(ref.pd.weights_desc())
+        reorder_desc(desc((24, 16, 3, 3), "s8", "hwio"), ref.pd.weights_desc()).create().execute(
+            {"src": a["weights"], "dst": wmem})
+        out = np.zeros_like(a["dst"])
+        ref.execute(dict(a, weights=wmem, dst=out))
+        return out
+
+    steps = [("the same array", lambda: w, 0), ("an equal copy", lambda: w.copy(), 0),
+             ("new values in place", lambda: (w.__setitem__(slice(None), w[::-1]), w)[1], 1),
+             ("a new array of other values", lambda: rng.integers(-128, 128, w.shape).astype(np.int8), 1)]
+    p.execute(args)
+    assert len(packs) == 1
+    for what, weights, more in steps:
+        before = len(packs)
+        args["weights"] = weights()
+        args["dst"][...] = 0
+        p.execute(args)
+        assert len(packs) == before + more, what
+        np.testing.assert_array_equal(args["dst"], expect(args), err_msg=what)
