@@ -568,10 +568,10 @@ class DepthwiseConv(Primitive):
         arguments' bytes, then the kernel call alone); dense ndarrays (and the packed
         weights Memory) of exactly the descriptor's shapes (and a user scratchpad, in that
         mode), checked here in fewer steps than :meth:`Primitive.execute`; anything else,
-        or verbose mode, through :meth:`Primitive.execute`. Each argument set (its packed weights, as
-        :func:`~primitives.base.slot_key` tells them apart) has its own structs and
-        replay, so layers of one shape, which share this primitive, replay in turn.
-        """
+        or verbose mode, through :meth:`Primitive.execute`. Each argument set (its packed
+        weights, as :func:`~primitives.base.slot_key` tells them apart) has its own
+        structs and replay, so layers of one shape, which share this primitive, replay in
+        turn; a call with new arrays laid out alike moves it (Replay.moves)."""
         local = self._set_local(args if type(args) is dict else None)
         replay = local.replay
         if replay is not None and type(args) is dict and not verbose.enabled("exec") \

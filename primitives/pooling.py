@@ -442,8 +442,8 @@ def pool2d(x: np.ndarray, kernel, stride=None, padding=0, alg: str = "max", layo
     # on two threads: 117 -> 17 us a call).
     resolved = isa_mod.planning_isa(isa) if isinstance(isa, (str, type(None))) else isa
     kept = kept_setup("pool2d", (x.shape, x.dtype.str, kernel, stride, padding, alg, layout, dst_dt, resolved,
-                                 threads), lambda: _pool2d_setup(x, kernel, stride, padding, alg, layout, dst_dt,
-                                                                 isa, threads))
+                                 resolve_threads(threads) if isinstance(threads, (int, type(None))) else threads),
+                      lambda: _pool2d_setup(x, kernel, stride, padding, alg, layout, dst_dt, isa, threads))
     p, out_shape, out_dtype = kept
     dst = np.empty(out_shape, out_dtype)
     p.execute({SRC: x, DST: dst})

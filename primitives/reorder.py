@@ -451,7 +451,7 @@ def _convert(x: np.ndarray, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, 
         # (False: a source not dense in memory, copied at every call)
         return (p, take_src, out.shape, out.dtype, take_out) if take_src and take_out else False
 
-    kept = kept_setup("reorder", (x.dtype.str, x.shape, x.strides, dst_dt, tuple(masks),
+    kept = kept_setup("reorder", (x.dtype.str, x.shape, x.strides, dst_dt, tuple(masks), resolve_threads(None),
                                   isa_mod.planning_isa(isa) if isinstance(isa, (str, type(None))) else isa), make)
     if kept:  # (quantize of 64x768 with a scale and a zero point: 159 -> 24 us a call)
         p, take_src, shape, dtype, take_out = kept
