@@ -258,6 +258,10 @@ def test_new_arrays_quick_run(tmp_path):
     new = bp.problems_for("conv", argparse.Namespace(layers="res2 1x1 64->64", quick=True, batch="1", policy=None,
                                                       weights="uniform", new_arrays=True))
     assert [c["label"] for c in new] == ["res2 1x1 64->64 [new arrays]"] and new[0]["new_arrays"]
+    chains = bp.chain_groups("conv", new, argparse.Namespace(layers=None, policy=None, weights="uniform",
+                                                              new_arrays=True))
+    assert chains[0][0] == "ResNet-50 convolutions, batch 1, new arrays"
+    assert all(c["new_arrays"] for c in chains[0][1]) and len(chains[0][1]) == 53
     assert all(np.array_equal(a, b) for a, b in zip(bp.conv_operands(plain[0]), bp.conv_operands(new[0])))
     md = tmp_path / "new.md"
     for bench_args in (["conv", "--layers", "res2 1x1 64->64", "--batch", "1"],

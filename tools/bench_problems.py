@@ -151,17 +151,18 @@ def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
     batch for conv), or by default a network's, per policy asked for: ResNet-50's 53
     convolutions, BERT-base's 72 linears."""
     weights = getattr(args, "weights", "uniform")
+    new = {"new_arrays": True} if getattr(args, "new_arrays", False) else {}  # (--new-arrays)
     named = lambda what, p: what + ("" if p == "exact" else f", {p}") + (  # noqa: E731
-        "" if weights == "uniform" else f", {weights} weights")
+        "" if weights == "uniform" else f", {weights} weights") + (", new arrays" if new else "")
     if bench == "conv" and not args.layers:
         by = {c["label"]: c for c in CONV_LAYERS}
         return [(named(f"ResNet-50 convolutions, batch {n}", p),
-                 [with_policy(dict(by[label], prim="conv", N=n), p, weights) for label in RESNET50_SEQUENCE])
+                 [with_policy(dict(by[label], prim="conv", N=n, **new), p, weights) for label in RESNET50_SEQUENCE])
                 for p in policies(bench, args) for n in sorted({c["N"] for c in problems})]
     if bench != "conv" and not args.shapes:
         by = {c["label"]: c for c in GEMM_SHAPES}
         return [(named(f"BERT-base linears, {t} tokens", p),
-                 [with_policy(dict(by[f"BERT-{t} {part}"], prim=bench), p, weights) for part in BERT_LAYER]
+                 [with_policy(dict(by[f"BERT-{t} {part}"], prim=bench, **new), p, weights) for part in BERT_LAYER]
                  * 12)
                 for p in policies(bench, args) for t in (128, 384)]
     groups: dict[tuple, list] = {}
