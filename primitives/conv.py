@@ -587,9 +587,10 @@ class _Convolution(GemmKernels, Primitive):
             if logical is not None:
                 dst_logical = logical(arrays[DST])
             binaries = self._binaries({name: Memory.trusted(mem[name].desc, arrays[name])
-                                       for name in (post_op_src1(i) for i, _ in pd._binary)}, dst.desc)
+                                       for name in (post_op_src1(i) for i, _ in pd._binary)},
+                                      dst.desc) if pd._binary else ()
             self._aim(plan, x if a_is_src else a, c if c_nhwc is not None else arrays[DST],
-                      None if rows_src is None else x, sp, dst_scale, binaries)
+                      None if rows_src is None else x, sp, None, binaries)
         replay = Replay(run, by_value=(BIAS,), move=move)
         if kept:
             return replay
@@ -633,10 +634,11 @@ class _Convolution(GemmKernels, Primitive):
             binaries.append((i, kind, np.ascontiguousarray(arr, np.float32).reshape(-1)))
         return binaries
 
-    def _aim(self, plan: dict, a, c, rows_src, sp, dst_scale: float, binaries: list) -> None:
+    def _aim(self, plan: dict, a, c, rows_src, sp, dst_scale: float | None, binaries) -> None:
         """Point the plan's calls at this call's arrays: the items at ``a`` (the source, or
         its padded copy) and ``c`` (dst, or its channels-last copy), the row copies at
-        ``rows_src``, and the binary operands' pointers."""
+        ``rows_src``, and the binary operands' pointers; and the dst scale's inverse
+        (None: as it is, for a replay moved to new arrays)."""
         OC = self.pd.geometry.groups * self.pd.geometry.ocg
         if rows_src is not None and plan["source_at"] != pointer_to(rows_src):  # another source array
             base = plan["source_at"] = pointer_to(rows_src)
@@ -645,7 +647,8 @@ class _Convolution(GemmKernels, Primitive):
         bases, c_ptr = (pointer_to(a), pointer_to(sp)), pointer_to(c)  # A's buffers: a, the strips
         for s, base, a_off, c_off, col0, row0, pitch in plan["items"]:
             s.a, s.c = bases[base] + a_off, c_ptr + c_off
-            s.dst_scale_inv = dst_scale
+            if dst_scale is not None:
+                s.dst_scale_inv = dst_scale
             for i, kind, arr in binaries:
                 s.po_src[i] = pointer_to(arr) + {"common": 0, "col": 4 * col0,
                                                  "full": 4 * (row0 * OC + col0)}[kind]
