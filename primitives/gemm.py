@@ -233,6 +233,10 @@ class Gemm:
     is packed at every execution, or, for 1-4 rows of A in integer mode (alpha 1, beta
     0 or 1), read in place as oneDNN reads it (``impl_info()["runtime_weights"]``).
 
+    One Gemm runs one call at a time (its argument structs point at that call's arrays):
+    Python threads that call at once need a Gemm each, as the one-off functions keep one
+    per thread. (A primitive's ``execute`` may be called from several threads at once.)
+
     Example::
 
         >>> import numpy as np
