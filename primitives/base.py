@@ -595,19 +595,31 @@ def keyed_slot(table: dict, key: Hashable, make: Callable[[], Any], retire: Call
     return entry
 
 
-_KEPT_SETUPS = threading.local()  # per thread: kind -> {signature: set-up}
+_KEPT_SETUPS = threading.local()  # per thread: kind -> {signature: set-up}, least recently used first
 
 
-def kept_setup(kind: str, key, make: Callable[[], Any]):
-    """What a numpy-style function (``quantize``, ``pool2d``) set up for a call of
-    signature ``key`` (its primitive, how it takes the arrays), kept per thread and ``kind``
-    (at most ``_SLOTS``, the oldest dropped): ``make()`` on a miss, and each time for a key
-    that cannot be hashed. The primitive then replays, or moves to the call's new arrays."""
+def kept_setups(kind: str) -> dict:
+    """This thread's kept set-ups of ``kind`` (:func:`kept_setup`), least recently used first."""
+    return _KEPT_SETUPS.__dict__.setdefault(kind, {})
+
+
+def kept_setup(kind: str, key, make: Callable[[], Any], size: int = _SLOTS):
+    """What a numpy-style function (``quantize``, ``pool2d``, the one-off GEMM) set up for
+    a call of signature ``key`` (its primitive or GEMM, how it takes the arrays), kept per
+    thread and ``kind`` (at most ``size``, the least recently used dropped): ``make()`` on
+    a miss, and each time for a key that cannot be hashed. The primitive then replays,
+    or moves to the call's new arrays."""
+    table = kept_setups(kind)
     try:
-        hash(key)
+        entry = table.pop(key, None)  # (put back last: the least recently used goes first)
     except TypeError:  # (an argument that is not hashable: make() says what is wrong with it)
         return make()
-    return keyed_slot(_KEPT_SETUPS.__dict__.setdefault(kind, {}), key, make)
+    if entry is None:
+        entry = make()
+        if len(table) >= size:
+            table.pop(next(iter(table)))
+    table[key] = entry
+    return entry
 
 
 class _Slot:

@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +25,7 @@ from jit.dot import Path, fast_path, widening_path
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.output import OutputSpec, SumOp
 from jit.pack_kernel import VnniPacker, pack_vnni, vnni_packs
-from primitives.base import Replay
+from primitives.base import Replay, kept_setup
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
 from primitives.reference import op
@@ -770,8 +769,7 @@ def _gemm_args(A, B, C, co) -> dict:
     return args
 
 
-_one_off = threading.local()  # per thread: argument signature -> Gemm (one-off calls)
-_ONE_OFF_KEPT = 8
+_ONE_OFF_KEPT = 8  # Gemms kept per thread for the one-off calls (each holds its packing buffers)
 
 
 def _gemm_call(a_type, transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co,
@@ -782,20 +780,9 @@ def _gemm_call(a_type, transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, l
     key = (a_type, transa, transb, offsetc, M, N, K, alpha, lda, ldb, beta, ldc, policy,
            isa_mod.planning_isa(isa) if isinstance(isa, (str, type(None))) else isa,
            resolve_threads(threads) if isinstance(threads, (int, type(None))) else threads)
-    kept = _one_off.__dict__.setdefault("gemms", {})
-    try:
-        g = kept.pop(key, None)  # (put back last: the least recently used goes first)
-    except TypeError:  # (an argument that is not hashable: Gemm says what is wrong with it)
-        g = key = None
-    if g is not None:
-        kept[key] = g
-    if g is None:
-        g = Gemm(M, N, K, a_type=a_type, transa=transa, transb=transb, offsetc=offsetc, lda=lda, ldb=ldb, ldc=ldc,
-                 alpha=alpha, beta=beta, policy=policy, isa=isa, threads=threads)
-        if key is not None:
-            if len(kept) >= _ONE_OFF_KEPT:
-                kept.pop(next(iter(kept)))
-            kept[key] = g
+    g = kept_setup("gemm", key, lambda: Gemm(M, N, K, a_type=a_type, transa=transa, transb=transb, offsetc=offsetc,
+                                              lda=lda, ldb=ldb, ldc=ldc, alpha=alpha, beta=beta, policy=policy,
+                                              isa=isa, threads=threads), _ONE_OFF_KEPT)
     g.execute(A, C, B=B, ao=ao, bo=bo, co=co)
     return g
 

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from primitives import reference
+from primitives.base import kept_setups
 from primitives.gemm import Gemm, gemm, gemm_s8s8s32, gemm_u8s8s32
 from runtime import isa as isa_mod
 from tests.conftest import child_env, faithful_model, isa_params, skip_reason
@@ -519,8 +520,6 @@ def test_one_off_calls_keep_their_gemm(isa_path, policy, a_type, offsetc, alpha,
     (its B packer's buffers and plan): new B values in the same array and in another,
     new A, offsets and co, the column sums of each call's B (an s8 A, a source offset)
     recomputed in place; every result as the model's."""
-    from primitives import gemm as gemm_mod
-
     M, N, K = 9, 40, 37
     rng = np.random.default_rng(11)
     fn = gemm_u8s8s32 if a_type == "u8" else gemm_s8s8s32
@@ -543,7 +542,7 @@ def test_one_off_calls_keep_their_gemm(isa_path, policy, a_type, offsetc, alpha,
                               faithful=faithful)
         fn("N", transb, offsetc, M, N, K, alpha, A, K, ao, B, ldb, bo, beta, C, N, co, policy=policy, isa=isa_path)
         np.testing.assert_array_equal(C, want, err_msg=str(step))
-        kept.append(set(map(id, gemm_mod._one_off.gemms.values())))
+        kept.append(set(map(id, kept_setups("gemm").values())))
     assert len(set.intersection(*kept)) >= 1  # the same Gemm served every call
 
 
@@ -624,7 +623,7 @@ def test_repeated_calls_on_the_same_arrays(isa_path, policy, arrays, case, monke
         last = (C, C.copy()) if arrays == "new" else None
     # Replayed unless A is copied (transposed, K < 4) or bo's row term reads A's values
     # on the packed path (the in-place path adds it after the kernels, replayed or not).
-    kept = g if g is not None else list(gemm_mod._one_off.gemms.values())[-1]  # (the last used is last)
+    kept = g if g is not None else list(kept_setups("gemm").values())[-1]  # (the last used is last)
     in_place = "runtime_weights" in kept.impl_info()
     if transa == "N" and K >= 4 and (bo == 0 or in_place):
         assert len(full) == 2, full  # the first call and the one after co changed
