@@ -477,16 +477,16 @@ class Gemm:
         take that call too, its kernels pointed at them (``Replay.moves``).
         """
         replay = self._replay
-        if replay is not None and type(ao) is int and type(bo) is int and replay[0] == (ao, bo):
-            args = _gemm_args(A, B, C, co)
-            if replay[1].matches(args) or replay[1].moves(args):  # (moves: new arrays of the same layouts)
-                replay[1].run()
-                return
+        args = _gemm_args(A, B, C, co) if type(ao) is int and type(bo) is int else None  # (else: no replay)
+        if replay is not None and args is not None and replay[0] == (ao, bo) \
+                and (replay[1].matches(args) or replay[1].moves(args)):  # (moves: new arrays of the same layouts)
+            replay[1].run()
+            return
         self._replay = None
         again = self._execute(A, C, B, ao, bo, co)
-        if again is not None and type(ao) is int and type(bo) is int:
+        if again is not None and args is not None:
             record = Replay(again[0], move=again[1])
-            if record.remember(_gemm_args(A, B, C, co), ("co",), ("C",)):
+            if record.remember(args, ("co",), ("C",)):
                 self._replay = ((ao, bo), record)
 
     def _execute(self, A, C, B, ao, bo, co):
