@@ -73,7 +73,9 @@ from primitives.attr import (BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Attr, check_sc
                              check_zero_points, expected_count)
 from primitives.checks import check_disjoint
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc, identity_tag
+from runtime.isa import planning_isa
 from runtime.pool import prepare_single_runs
+from runtime.threads import resolve_threads
 
 _TENSOR_ARGS = (SRC, WEIGHTS, BIAS, DST)
 # Argument sets a thread keeps set up per primitive: identical descriptors share one
@@ -601,6 +603,15 @@ _KEPT_SETUPS = threading.local()  # per thread: kind -> {signature: set-up}, lea
 def kept_setups(kind: str) -> dict:
     """This thread's kept set-ups of ``kind`` (:func:`kept_setup`), least recently used first."""
     return _KEPT_SETUPS.__dict__.setdefault(kind, {})
+
+
+def in_force(isa, threads) -> tuple:
+    """The ISA path and thread count a descriptor made now takes from its ``isa`` and
+    ``threads`` arguments (the environment's cap and count where they are None; as given
+    where they are no name or count, which the descriptor refuses): a kept set-up's key
+    holds them, so a changed ``INT8JIT_MAX_ISA`` or thread count makes a new one."""
+    return (planning_isa(isa) if isinstance(isa, (str, type(None))) else isa,
+            resolve_threads(threads) if isinstance(threads, (int, type(None))) else threads)
 
 
 def kept_setup(kind: str, key, make: Callable[[], Any], size: int = _SLOTS):

@@ -25,7 +25,7 @@ from jit.dot import Path, fast_path, widening_path
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.output import OutputSpec, SumOp
 from jit.pack_kernel import VnniPacker, pack_vnni, vnni_packs
-from primitives.base import Replay, kept_setup
+from primitives.base import Replay, in_force, kept_setup
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
 from primitives.reference import op
@@ -777,9 +777,7 @@ def _gemm_call(a_type, transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, l
     """A one-off call: the Gemm of these arguments, kept per thread (its kernels, packer
     buffers and plan serve the next call of the same signature: on a Zen 4, 64x1024x1024
     on two threads 0.55 -> 0.20 ms a call, a reused Gemm given B at creation 0.15), or a new one."""
-    key = (a_type, transa, transb, offsetc, M, N, K, alpha, lda, ldb, beta, ldc, policy,
-           isa_mod.planning_isa(isa) if isinstance(isa, (str, type(None))) else isa,
-           resolve_threads(threads) if isinstance(threads, (int, type(None))) else threads)
+    key = (a_type, transa, transb, offsetc, M, N, K, alpha, lda, ldb, beta, ldc, policy) + in_force(isa, threads)
     g = kept_setup("gemm", key, lambda: Gemm(M, N, K, a_type=a_type, transa=transa, transb=transb, offsetc=offsetc,
                                               lda=lda, ldb=ldb, ldc=ldc, alpha=alpha, beta=beta, policy=policy,
                                               isa=isa, threads=threads), _ONE_OFF_KEPT)

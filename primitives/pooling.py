@@ -60,7 +60,7 @@ import numpy as np
 from jit.dot import fast_path
 from jit.pooling_kernel import ARGS_CDEF, S16_WINDOW, SIGNATURE, UNROLLED, PoolKernelSpec
 from primitives.attr import Attr
-from primitives.base import Primitive, PrimitiveDesc, Replay, kept_setup
+from primitives.base import Primitive, PrimitiveDesc, Replay, in_force, kept_setup
 from primitives.checks import check_no_zero_dim
 from primitives.memory import Memory, MemoryDesc, desc
 from runtime import isa as isa_mod
@@ -440,10 +440,8 @@ def pool2d(x: np.ndarray, kernel, stride=None, padding=0, alg: str = "max", layo
     # A call like an earlier one on this thread: that call's primitive (checked then),
     # which moves its replay to this call's arrays (a 3x3/2 max pooling of 1x112x112x64
     # on two threads: 117 -> 17 us a call).
-    resolved = isa_mod.planning_isa(isa) if isinstance(isa, (str, type(None))) else isa
-    kept = kept_setup("pool2d", (x.shape, x.dtype.str, kernel, stride, padding, alg, layout, dst_dt, resolved,
-                                 resolve_threads(threads) if isinstance(threads, (int, type(None))) else threads),
-                      lambda: _pool2d_setup(x, kernel, stride, padding, alg, layout, dst_dt, isa, threads))
+    key = (x.shape, x.dtype.str, kernel, stride, padding, alg, layout, dst_dt) + in_force(isa, threads)
+    kept = kept_setup("pool2d", key, lambda: _pool2d_setup(x, kernel, stride, padding, alg, layout, dst_dt, isa, threads))
     p, out_shape, out_dtype = kept
     dst = np.empty(out_shape, out_dtype)
     p.execute({SRC: x, DST: dst})

@@ -61,7 +61,7 @@ import numpy as np
 from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, SIGNATURE, ReorderKernelSpec, code_isa
 from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
-from primitives.base import Primitive, PrimitiveDesc, Replay, kept_setup, view_maker
+from primitives.base import Primitive, PrimitiveDesc, Replay, in_force, kept_setup, view_maker
 from primitives.checks import dtype_text
 from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc, identity_tag
 from runtime import isa as isa_mod
@@ -451,8 +451,7 @@ def _convert(x: np.ndarray, dst_dt, axis, src_scale, src_zp, dst_scale, dst_zp, 
         # (False: a source not dense in memory, copied at every call)
         return (p, take_src, out.shape, out.dtype, take_out) if take_src and take_out else False
 
-    kept = kept_setup("reorder", (x.dtype.str, x.shape, x.strides, dst_dt, tuple(masks), resolve_threads(None),
-                                  isa_mod.planning_isa(isa) if isinstance(isa, (str, type(None))) else isa), make)
+    kept = kept_setup("reorder", (x.dtype.str, x.shape, x.strides, dst_dt, tuple(masks)) + in_force(isa, None), make)
     if kept:  # (quantize of 64x768 with a scale and a zero point: 159 -> 24 us a call)
         p, take_src, shape, dtype, take_out = kept
         out = np.empty(shape, dtype)
