@@ -247,6 +247,32 @@ class VnniPacker:
             for parts in (self._parts, self._item_parts or ()):
                 self._point_parts(parts)
 
+    def mover(self):
+        """:meth:`point` for a replay moved to new arrays: a function ``(b, base)`` that
+        points the calls at ``b``, an array laid out as the one the last :meth:`point`
+        took (shape and strides), its first byte at ``base`` (a cdata pointer). Where
+        that was the last thing to point them and they read no padded copy, one loop sets
+        each struct's address, without :meth:`point`'s checks; else :meth:`point` runs."""
+        state = [self._where, False, ()]  # (the _where it left, the _item_parts it took, (struct, offset) each)
+
+        def move(b, base) -> None:
+            where = self._where
+            if where is not state[0] or where is None or self._copy_from is not None:
+                self.point(b)
+                state[0] = self._where
+                return
+            if state[1] is not self._item_parts:
+                strides = where[1]
+                item = strides[0] if self.items > 1 else 0
+                state[1:] = self._item_parts, [(args, i0 * item + (c0 * strides[1] if self.columns else c0))
+                                               for parts in (self._parts, self._item_parts or ())
+                                               for i0, c0, args in parts]
+            for args, offset in state[2]:
+                args.src = base + offset
+            self._src = b  # (kept alive while the structs point into it)
+            self._where = state[0] = (base, where[1])
+        return move
+
     def _point_parts(self, parts) -> None:
         base, strides = self._where
         item = strides[0] if self.items > 1 else 0

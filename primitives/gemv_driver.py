@@ -153,6 +153,12 @@ class GemvPlan:
         for s, (a_off, w_off, c_off) in zip(self.structs, self.offsets):
             s.a, s.w, s.c, s.ao = a_ptr + a_off, w_ptr + w_off, c_ptr + c_off, ao
 
+    def fields(self) -> list:
+        """(struct, A's, the weights' and the dst's offsets) of each struct: where
+        :meth:`point` with ``at`` and ``dst_at`` of 0 points them, past the arrays' first
+        bytes (for a replay moved to new arrays of the same layout, which keeps ``zp``)."""
+        return [(s,) + offsets for s, offsets in zip(self.structs, self.offsets)]
+
     def run(self, a: np.ndarray, w: np.ndarray, dst: np.ndarray, zp: int = 0) -> None:
         """:meth:`point`, then one kernel call per thread."""
         self.point(a, w, dst, zp)

@@ -588,7 +588,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if replay is not None and all(r[1] is None for r in runs):
             # The kernels read the caller's arrays alone (no padded source; binary operands
             # read in place, as _replay requires): new arrays are pointed at (Replay.moves).
-            replay.move = self._mover([(r[0], r[3]) for r in runs], mem[WEIGHTS], w_all, views, rows, zp_src)
+            replay.move = self._mover([(r[0], r[3]) for r in runs], mem[WEIGHTS], w_all, views, rows, zp_src,
+                                      a_all=a_all, c_all=c_all)
         # (a user scratchpad: the per-column vectors written back at each run)
         return replay if kept else restoring(replay, views["columns"])
 
@@ -606,36 +607,54 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 st.po_ld[i] = 4 * N
         return keep
 
-    def _mover(self, runs: list | None, wmem: Memory, w_view, views: dict, rows: int, zp_src: int, batch_plan=None):
+    def _mover(self, runs: list | None, wmem: Memory, w_view, views: dict, rows: int, zp_src: int, batch_plan=None,
+               a_all=None, c_all=None):
         """:class:`Replay`'s ``move`` for the plans of ``runs`` ((plan, repack) per batch
         item: weights packed once, read in place, or packed at every call by the
         scratchpad's packer), or for ``batch_plan`` (every item in one in-place call):
         their structs, and the packer, pointed at new arrays as :meth:`_execute` points
-        them. ``w_view``: runtime weights' view (:meth:`_weights_view`) of ``wmem``'s array."""
+        them. ``w_view``: runtime weights' view (:meth:`_weights_view`) of ``wmem``'s array;
+        ``a_all``, ``c_all``: the set-up's views of the source and dst (item x rows x K or N),
+        whose strides new arrays share (``Replay.moves``)."""
         pd = self.pd
         K, N, runtime = pd.K, pd.N, not wmem.desc.is_packed
         # (the weights' view of a new array, as w_view is of this one: 12 heads' decode 13 -> 9 us a call)
         take = (view_maker(w_view, wmem.array) or (lambda w: self._weights_view(Memory.trusted(wmem.desc, w)))) \
             if runtime else None
+        # Each struct's addresses are the new arrays' first bytes plus what they were past
+        # the set-up's: one loop over (struct, offsets), taken once here (12 heads of
+        # 128x128x64: 16.6 -> 6 us of Python a moved call). The weights' view (a transpose,
+        # a reshape) is addressed from the caller's array, a cheaper address to take.
+        w_shift = w_view.ctypes.data - wmem.array.ctypes.data if runtime else 0
+        if batch_plan is not None:
+            fields = batch_plan.fields()
+
+            def move_batch(arrays: dict) -> None:
+                a, w, c = pointer_to(arrays[SRC]), pointer_to(arrays[WEIGHTS]) + w_shift, pointer_to(arrays[DST])
+                for s, a_off, w_off, c_off in fields:
+                    s.a, s.w, s.c = a + a_off, w + w_off, c + c_off
+            return move_batch
+        a_item = a_all.strides[0] if pd.src_batch > 1 else 0
+        fields = [(s, b * a_item + a_off, b * c_all.strides[0] + c_off)
+                  for b, (plan, repack) in enumerate(runs) if repack is not _read_in_place
+                  for s, (a_off, c_off) in zip(plan.structs, plan.offsets)]
+        in_place = [(b, plan) for b, (plan, repack) in enumerate(runs) if repack is _read_in_place]
+        packer = views.get("packer") if runtime and len(in_place) < len(runs) else None
+        repoint = packer.mover() if packer is not None else None
 
         def move(arrays: dict) -> None:
-            a_all, c_all = arrays[SRC].reshape(-1, rows, K), arrays[DST].reshape(-1, rows, N)
             w_all = take(arrays[WEIGHTS]) if runtime else None
-            if batch_plan is not None:
-                batch_plan.point(a_all, w_all, c_all, zp_src)
-                return
-            packer = views.get("packer")
-            if runtime and packer is not None and any(r is not _read_in_place for _, r in runs):
-                packer.point(w_all)  # (the replay packs what it points at)
-            a_ptr, c_ptr = pointer_to(a_all), pointer_to(c_all)  # (once: 12 heads' items 92 -> 87 us)
-            a_item = a_all.strides[0] if pd.src_batch > 1 else 0
-            for b, (plan, repack) in enumerate(runs):
-                if repack is _read_in_place:
-                    a_b = a_all[b if pd.src_batch > 1 else 0]
-                    plan.point(a_b, self._in_place_weights(w_all, b), c_all[b], zp_src)
-                else:
-                    point_at(plan, a_ptr + b * a_item, c_ptr + b * c_all.strides[0])
-                if pd._binary:
+            if packer is not None:  # (the replay packs what it points at)
+                repoint(w_all, pointer_to(arrays[WEIGHTS]) + w_shift)
+            a, c = pointer_to(arrays[SRC]), pointer_to(arrays[DST])
+            for s, a_off, c_off in fields:
+                s.a, s.c = a + a_off, c + c_off
+            if in_place:
+                a_all, c_all = arrays[SRC].reshape(-1, rows, K), arrays[DST].reshape(-1, rows, N)
+                for b, plan in in_place:
+                    plan.point(a_all[b if pd.src_batch > 1 else 0], self._in_place_weights(w_all, b), c_all[b], zp_src)
+            if pd._binary:
+                for b, (plan, _) in enumerate(runs):
                     self._point_binaries(plan, arrays, b)
         return move
 

@@ -653,16 +653,18 @@ def _matmul_case(m: int, runtime: bool, threads: int, binary: str | None = None,
     return pd.create(), args
 
 
-def _batched_case(m: int, zp: int, threads: int, wtag: str = "abc", flat: bool = False):
+def _batched_case(m: int, zp: int, threads: int, wtag: str = "abc", flat: bool = False, k: int = 24, n: int = 40,
+                  isa: str | None = None):
     """Attention's shape of matmul: a batch of 4 items, each with weights of its own given
     at every call (read in place at 1-4 rows, else packed per call), s32 output. ``wtag``
     acb: the weights as the keys are (rows of K), passed as a logical-shape view of them;
-    ``flat``: the source passed as a 1-D array."""
+    ``flat``: the source passed as a 1-D array. (On a 256-bit path, K or N that are no
+    whole dwords are packed from a padded copy.)"""
     rng = np.random.default_rng(m + zp)
-    k, n, items = 24, 40, 4
+    items = 4
     attr = Attr(zero_points={"src": 0} if zp else {})
     pd = MatmulDesc(desc((items, m, k), "u8", "abc"), desc((items, k, n), "s8", wtag),
-                    desc((items, m, n), "s32", "abc"), attr=attr, threads=threads)
+                    desc((items, m, n), "s32", "abc"), attr=attr, threads=threads, isa=isa)
     w = rng.integers(-128, 128, (items, k, n)).astype(np.int8)
     if wtag == "acb":
         w = np.ascontiguousarray(w.transpose(0, 2, 1)).transpose(0, 2, 1)  # (items, k, n), memory (items, n, k)
@@ -695,6 +697,10 @@ _MOVE_CASES = {  # name -> (make(threads), whether new arrays move the replay)
     "batched matmul, keys' view, packed per call": (lambda t: _batched_case(9, 0, t, "acb"), True),
     "batched matmul, keys' view, read in place": (lambda t: _batched_case(1, 0, t, "acb"), True),
     "batched matmul, 1-D source": (lambda t: _batched_case(9, 0, t, flat=True), True),
+    "batched matmul on avx2, packed from a padded copy": (lambda t: _batched_case(9, 0, t, k=23, n=37, isa="avx2"),
+                                                          True),
+    "batched matmul on avx2, keys' view, padded copy": (lambda t: _batched_case(9, 3, t, "acb", k=23, n=37,
+                                                                                 isa="avx2"), True),
 }
 
 
