@@ -42,6 +42,8 @@ import threading
 import time
 import warnings
 
+from runtime.env import env_raw
+
 ENV = "INT8JIT_VERBOSE"
 ENV_TIMESTAMP = "INT8JIT_VERBOSE_TIMESTAMP"
 PREFIX = "int8jit_verbose"
@@ -61,20 +63,15 @@ _warned: set[str] = set()
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 
 
-_ENV_KEY = ENV.encode()
 _NONE: frozenset[str] = frozenset()
 
 
 def flags() -> frozenset[str]:
     """The kinds of line ``INT8JIT_VERBOSE`` asks for now."""
     global _parsed
-    # Asked on every execute(): while the variable is unset, os.environ.get raises and
-    # catches a KeyError inside (about a microsecond); its own mapping (bytes keys on
-    # POSIX) answers without one. Anything else takes the general lookup.
-    data = getattr(os.environ, "_data", None)
-    if type(data) is dict and _ENV_KEY not in data:
+    raw = env_raw(ENV)  # (asked on every execute(): env_raw answers an unset one fast)
+    if not raw:
         return _NONE
-    raw = os.environ.get(ENV, "")
     if raw == _parsed[0]:  # the common case: unchanged since the last call
         return _parsed[1]
     out: set[str] = set()

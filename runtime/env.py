@@ -21,10 +21,29 @@ from __future__ import annotations
 import os
 
 
+def env_raw(name: str, default: str = "") -> str:
+    """``os.environ.get(name, default)``, faster where ``name`` is unset. The primitives
+    ask for some variables at every call (``INT8JIT_VERBOSE``; the ISA cap and thread
+    count the one-off functions key their set-ups on), and ``os.environ.get`` of an unset
+    name raises and catches a KeyError inside (0.5 us); its own mapping (bytes keys on
+    POSIX) answers without one. A set one takes the general lookup."""
+    data = getattr(os.environ, "_data", None)
+    if type(data) is dict:
+        key = _KEYS.get(name)
+        if key is None:
+            key = _KEYS[name] = os.environ.encodekey(name)
+        if key not in data:
+            return default
+    return os.environ.get(name, default)
+
+
+_KEYS: dict = {}  # name -> os.environ's key for it (bytes on POSIX)
+
+
 def env_int(name: str, default: int, minimum: int, what: str, maximum: int | None = None) -> int:
     """``name``'s value as an int in [minimum, maximum], or ``default`` where it is unset
     or blank; anything else raises ``ValueError`` saying ``what`` was expected."""
-    raw = os.environ.get(name, "").strip()
+    raw = env_raw(name).strip()
     if not raw:
         return default
     try:

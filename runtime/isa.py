@@ -9,10 +9,10 @@ is not above the cap; a cap above what the CPU has is no error.
 """
 from __future__ import annotations
 
-import os
 import threading
 
 from runtime import cpu as _cpu  # (runtime.cpu imports nothing of ours)
+from runtime.env import env_raw
 
 LADDER: tuple[str, ...] = ("avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni")
 IMPLIES: dict[str, frozenset[str]] = {
@@ -89,14 +89,14 @@ def cap_source() -> str:
     """Where the cap in force comes from: ``"api"``, ``"env"`` or ``"default"``."""
     if _cap_override is not None:
         return "api"
-    return "env" if os.environ.get(ENV_CAP, "").strip() else "default"
+    return "env" if env_raw(ENV_CAP).strip() else "default"
 
 
 def max_isa() -> str:
     """The cap in force: the API's, else ``INT8JIT_MAX_ISA``, else the top of the ladder."""
     if _cap_override is not None:
         return _cap_override
-    env = os.environ.get(ENV_CAP, "").strip()
+    env = env_raw(ENV_CAP).strip()
     return check_name(env, ENV_CAP) if env else LADDER[-1]
 
 

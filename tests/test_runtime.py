@@ -319,3 +319,22 @@ def test_jit_dump_off_by_default(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     load(GeneratedCode("ret7", "avx2", "int (*)(void)", RET7, b"", (), "")).close()
     assert not os.path.exists(tmp_path / "jit-dump")
+
+
+def test_env_raw_follows_the_environment_as_it_changes(monkeypatch):
+    """env_raw answers as os.environ.get does, at once after each change (an unset name
+    from os.environ's own mapping; a set one, a blank one, a deleted one), and through
+    .get where os.environ is no mapping of that kind (a test's stand-in)."""
+    from runtime.env import env_raw
+
+    name = "INT8JIT_TEST_ENV_RAW"
+    monkeypatch.delenv(name, raising=False)
+    assert env_raw(name) == "" and env_raw(name, "d") == "d"
+    monkeypatch.setenv(name, " 7 ")
+    assert env_raw(name) == " 7 "
+    monkeypatch.setenv(name, "")
+    assert env_raw(name, "d") == ""
+    monkeypatch.delenv(name)
+    assert env_raw(name, "d") == "d"
+    monkeypatch.setattr(os, "environ", {name: "x"})
+    assert env_raw(name) == "x"
