@@ -248,17 +248,19 @@ class VnniPacker:
                 self._point_parts(parts)
 
     def mover(self):
-        """:meth:`point` for a replay moved to new arrays: a function ``(b, base)`` that
-        points the calls at ``b``, an array laid out as the one the last :meth:`point`
-        took (shape and strides), its first byte at ``base`` (a cdata pointer). Where
-        that was the last thing to point them and they read no padded copy, one loop sets
-        each struct's address, without :meth:`point`'s checks; else :meth:`point` runs."""
+        """:meth:`point` for a replay moved to new arrays: a function ``(b, base, view)``
+        that points the calls at the caller's array ``b``, laid out as the one the last
+        :meth:`point` took a view of, that view starting at ``base`` (a cdata pointer);
+        ``view(b)`` makes the view, as :meth:`point` takes it. Where that was the last
+        thing to point the calls and they read no padded copy, one loop sets each
+        struct's address, without the view or :meth:`point`'s checks; else
+        ``point(view(b))`` runs."""
         state = [self._where, False, ()]  # (the _where it left, the _item_parts it took, (struct, offset) each)
 
-        def move(b, base) -> None:
+        def move(b, base, view) -> None:
             where = self._where
             if where is not state[0] or where is None or self._copy_from is not None:
-                self.point(b)
+                self.point(view(b))
                 state[0] = self._where
                 return
             if state[1] is not self._item_parts:

@@ -34,6 +34,7 @@ from primitives.gemm_driver import (Operand, OutputArgs, Plan, kernel_of, make_p
                                     tuned_spec)
 from primitives.gemv_driver import (CHUNKED_BYTES, IN_PLACE_ROWS, ChunkedRows, GemvPlan, chunk_kernels,
                                    partial_columns, rows_alias, walks_in_chunks)
+from runtime.ffi import pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
 
@@ -587,12 +588,22 @@ class Gemm:
                 np.bitwise_xor(view, 0x80, out=shifted)
             calls()
 
-        def move(arrays: dict) -> None:  # (Replay.moves: new arrays, the same layouts)
+        # (Replay.moves: new arrays, the same layouts. Each struct's addresses are the new
+        # arrays' first bytes plus what they were past these ones, in one loop; B's view
+        # starts where B does: 128^3 one-off with new arrays, 18.4 -> 16 us a call.)
+        fields = [(s, a_off, c_off) for s, (a_off, c_off) in zip(plan.structs, plan.offsets)]
+        repoint = packer.mover() if packer is not None else None
+        b_shift = self._b_kn(B).ctypes.data - B.ctypes.data if packer is not None else 0
+
+        def move(arrays: dict) -> None:
             nonlocal view
-            if packer is not None:
-                packer.point(self._b_kn(arrays["B"]))
-            view = rows_of(arrays["A"])
-            point(plan, arrays["A"] if shifted is None else shifted, arrays["C"])
+            if repoint is not None:
+                repoint(arrays["B"], pointer_to(arrays["B"]) + b_shift, self._b_kn)
+            if shifted is not None:
+                view = rows_of(arrays["A"])
+            a, c = pointer_to(arrays["A"] if shifted is None else shifted), pointer_to(arrays["C"])
+            for s, a_off, c_off in fields:
+                s.a, s.c = a + a_off, c + c_off
         return again, move
 
     def _packing_plan(self, packer: VnniPacker, plan: Plan, term: tuple | None = None) -> CallPlan | None:

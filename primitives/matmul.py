@@ -643,13 +643,13 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         repoint = packer.mover() if packer is not None else None
 
         def move(arrays: dict) -> None:
-            w_all = take(arrays[WEIGHTS]) if runtime else None
             if packer is not None:  # (the replay packs what it points at)
-                repoint(w_all, pointer_to(arrays[WEIGHTS]) + w_shift)
+                repoint(arrays[WEIGHTS], pointer_to(arrays[WEIGHTS]) + w_shift, take)
             a, c = pointer_to(arrays[SRC]), pointer_to(arrays[DST])
             for s, a_off, c_off in fields:
                 s.a, s.c = a + a_off, c + c_off
             if in_place:
+                w_all = take(arrays[WEIGHTS]) if runtime else None
                 a_all, c_all = arrays[SRC].reshape(-1, rows, K), arrays[DST].reshape(-1, rows, N)
                 for b, plan in in_place:
                     plan.point(a_all[b if pd.src_batch > 1 else 0], self._in_place_weights(w_all, b), c_all[b], zp_src)
