@@ -252,10 +252,12 @@ class VnniPacker:
         that points the calls at the caller's array ``b``, laid out as the one the last
         :meth:`point` took a view of, that view starting at ``base`` (a cdata pointer);
         ``view(b)`` makes the view, as :meth:`point` takes it. Where that was the last
-        thing to point the calls and they read no padded copy, one loop sets each
-        struct's address, without the view or :meth:`point`'s checks; else
-        ``point(view(b))`` runs."""
-        state = [self._where, False, ()]  # (the _where it left, the _item_parts it took, (struct, offset) each)
+        thing to point the calls and they read no padded copy, each struct's address is
+        written from a table (``jit.repoint``), without the view or :meth:`point`'s
+        checks; else ``point(view(b))`` runs."""
+        from jit.repoint import repointer
+
+        state = [self._where, False, None]  # (the _where it left, the _item_parts it took, their writer)
 
         def move(b, base, view) -> None:
             where = self._where
@@ -266,11 +268,10 @@ class VnniPacker:
             if state[1] is not self._item_parts:
                 strides = where[1]
                 item = strides[0] if self.items > 1 else 0
-                state[1:] = self._item_parts, [(args, i0 * item + (c0 * strides[1] if self.columns else c0))
-                                               for parts in (self._parts, self._item_parts or ())
-                                               for i0, c0, args in parts]
-            for args, offset in state[2]:
-                args.src = base + offset
+                state[1:] = self._item_parts, repointer(
+                    [(args, "src", 0, i0 * item + (c0 * strides[1] if self.columns else c0))
+                     for parts in (self._parts, self._item_parts or ()) for i0, c0, args in parts], 1)
+            state[2](base)
             self._src = b  # (kept alive while the structs point into it)
             self._where = state[0] = (base, where[1])
         return move

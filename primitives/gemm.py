@@ -25,6 +25,7 @@ from jit.dot import Path, fast_path, widening_path
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.output import OutputSpec, SumOp
 from jit.pack_kernel import VnniPacker, pack_vnni, vnni_packs
+from jit.repoint import repointer
 from primitives.base import Replay, in_force, kept_setup
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
@@ -589,9 +590,10 @@ class Gemm:
             calls()
 
         # (Replay.moves: new arrays, the same layouts. Each struct's addresses are the new
-        # arrays' first bytes plus what they were past these ones, in one loop; B's view
-        # starts where B does: 128^3 one-off with new arrays, 18.4 -> 16 us a call.)
-        fields = [(s, a_off, c_off) for s, (a_off, c_off) in zip(plan.structs, plan.offsets)]
+        # arrays' first bytes plus what they were past these ones: jit.repoint's table; B's
+        # view starts where B does: 128^3 one-off with new arrays, 18.4 -> 17.2 us a call.)
+        point_ac = repointer([(s, "a", 0, a_off) for s, (a_off, _) in zip(plan.structs, plan.offsets)] +
+                             [(s, "c", 1, c_off) for s, (_, c_off) in zip(plan.structs, plan.offsets)], 2)
         repoint = packer.mover() if packer is not None else None
         b_shift = self._b_kn(B).ctypes.data - B.ctypes.data if packer is not None else 0
 
@@ -601,9 +603,7 @@ class Gemm:
                 repoint(arrays["B"], pointer_to(arrays["B"]) + b_shift, self._b_kn)
             if shifted is not None:
                 view = rows_of(arrays["A"])
-            a, c = pointer_to(arrays["A"] if shifted is None else shifted), pointer_to(arrays["C"])
-            for s, a_off, c_off in fields:
-                s.a, s.c = a + a_off, c + c_off
+            point_ac(pointer_to(arrays["A"] if shifted is None else shifted), pointer_to(arrays["C"]))
         return again, move
 
     def _packing_plan(self, packer: VnniPacker, plan: Plan, term: tuple | None = None) -> CallPlan | None:

@@ -43,6 +43,7 @@ from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, restoring, view_maker
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
+from jit.repoint import repointer
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
 from jit.dot import widening_path
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, point, point_at, refresh, run
@@ -622,22 +623,24 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         take = (view_maker(w_view, wmem.array) or (lambda w: self._weights_view(Memory.trusted(wmem.desc, w)))) \
             if runtime else None
         # Each struct's addresses are the new arrays' first bytes plus what they were past
-        # the set-up's: one loop over (struct, offsets), taken once here (12 heads of
-        # 128x128x64: 16.6 -> 6 us of Python a moved call). The weights' view (a transpose,
-        # a reshape) is addressed from the caller's array, a cheaper address to take.
+        # the set-up's: a table of them taken once here, written by a loop or one kernel
+        # call (jit.repoint; 12 heads of 128x128x64: 16.6 -> 4 us of Python a moved call).
+        # The weights' view (a transpose, a reshape) is addressed from the caller's array,
+        # a cheaper address to take.
         w_shift = w_view.ctypes.data - wmem.array.ctypes.data if runtime else 0
         if batch_plan is not None:
-            fields = batch_plan.fields()
+            point_awc = repointer([(s, field, base, offset) for s, *offsets in batch_plan.fields()
+                                   for field, base, offset in zip("awc", range(3), offsets)], 3)
 
             def move_batch(arrays: dict) -> None:
-                a, w, c = pointer_to(arrays[SRC]), pointer_to(arrays[WEIGHTS]) + w_shift, pointer_to(arrays[DST])
-                for s, a_off, w_off, c_off in fields:
-                    s.a, s.w, s.c = a + a_off, w + w_off, c + c_off
+                point_awc(pointer_to(arrays[SRC]), pointer_to(arrays[WEIGHTS]) + w_shift, pointer_to(arrays[DST]))
             return move_batch
         a_item = a_all.strides[0] if pd.src_batch > 1 else 0
-        fields = [(s, b * a_item + a_off, b * c_all.strides[0] + c_off)
-                  for b, (plan, repack) in enumerate(runs) if repack is not _read_in_place
-                  for s, (a_off, c_off) in zip(plan.structs, plan.offsets)]
+        structs = [(s, b * a_item + a_off, b * c_all.strides[0] + c_off)
+                   for b, (plan, repack) in enumerate(runs) if repack is not _read_in_place
+                   for s, (a_off, c_off) in zip(plan.structs, plan.offsets)]
+        point_ac = repointer([(s, "a", 0, a_off) for s, a_off, _ in structs] +
+                             [(s, "c", 1, c_off) for s, _, c_off in structs], 2)
         in_place = [(b, plan) for b, (plan, repack) in enumerate(runs) if repack is _read_in_place]
         packer = views.get("packer") if runtime and len(in_place) < len(runs) else None
         repoint = packer.mover() if packer is not None else None
@@ -645,9 +648,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         def move(arrays: dict) -> None:
             if packer is not None:  # (the replay packs what it points at)
                 repoint(arrays[WEIGHTS], pointer_to(arrays[WEIGHTS]) + w_shift, take)
-            a, c = pointer_to(arrays[SRC]), pointer_to(arrays[DST])
-            for s, a_off, c_off in fields:
-                s.a, s.c = a + a_off, c + c_off
+            point_ac(pointer_to(arrays[SRC]), pointer_to(arrays[DST]))
             if in_place:
                 w_all = take(arrays[WEIGHTS]) if runtime else None
                 a_all, c_all = arrays[SRC].reshape(-1, rows, K), arrays[DST].reshape(-1, rows, N)

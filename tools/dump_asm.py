@@ -59,6 +59,7 @@ KERNELS = {
     "copy": "the row copy of a convolution's padded source (jit.copy_kernel)",
     "pack": "the kernels packing B, from rows and from columns, VNNI and widened (jit.pack_kernel, pack_rows, pack_columns)",
     "gemv": "the kernel reading runtime weights in place, a few rows (jit.gemv_kernel)",
+    "repoint": "the kernel that points a replay's structs at new arrays (jit.repoint)",
 }
 
 
@@ -280,6 +281,13 @@ def _pack(args, isa: str):
             "A or a zero point: -ao' * colsum + co)"], kernels + [column_term_kernel()]
 
 
+def _repoint(args, isa: str):
+    from jit.repoint import ISA, repoint_kernel
+
+    return [f"a moved replay's struct fields written from a table: base + offset ({ISA}: every ISA path runs "
+            "it)"], [repoint_kernel()]
+
+
 def _gemv(args, isa: str):
     """The in-place kernel of a batch-1 inner product 2048 -> 1000 with plain weights on
     ``isa``: its output stage made by ``output_plan``, as the descriptor makes it (no
@@ -341,7 +349,8 @@ def run(argv: Sequence[str] | None = None, out=None) -> int:
         raise UsageError(f"unknown kernel {args.kernel!r}; expected one of {', '.join(KERNELS)}")
     isa = _isa(args.isa)
     header, kernels = {"demo": _demo, "peak": _peak, "gemm": _gemm, "conv": _conv, "pool": _pool,
-                       "copy": _copy, "pack": _pack, "gemv": _gemv}[args.kernel](args, isa)
+                       "copy": _copy, "pack": _pack, "gemv": _gemv,
+                       "repoint": _repoint}[args.kernel](args, isa)
     text = render(kernels, header, args.syntax)
     if args.output:
         with open(args.output, "w") as f:
