@@ -64,6 +64,7 @@ import numpy as np
 
 from jit.copy_kernel import copy_kernel
 from jit.gemm_kernel import choose_tile
+from jit.repoint import repointer
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
@@ -579,9 +580,26 @@ class _Convolution(GemmKernels, Primitive):
         logical = None if c_nhwc is None else \
             view_maker(dst_logical, dst.array) or (lambda d: Memory.trusted(dst.desc, d).logical())
 
+        # Where the kernels read the source in place (or its rows' copies do) and write the
+        # dst, a table of those fields (jit.repoint) takes new arrays in one call: a 64->64
+        # 3x3 layer's move 2.6 -> 1.5 us. (Else _aim, as the set-up points them.)
+        plain = copy_source is None and logical is None and not pd._binary
+        if plain:
+            items = plan["items"]
+            point = repointer([(s, "a", 0, a_off) for s, base, a_off, *_ in items if a_is_src and base == 0] +
+                              [(s, "c", 1, c_off) for s, _, _, c_off, *_ in items] +
+                              [(args, "src", 0, offset) for args, offset in plan["source_reads"]
+                               if rows_src is not None], 2)
+
         def move(arrays: dict) -> None:  # (Replay.moves: new arrays of the same layouts, as set up above)
             nonlocal copy_source, dst_logical
             x = arrays[SRC] if pixels is None else pixels(arrays[SRC])
+            if plain:
+                at = pointer_to(x)
+                if rows_src is not None:
+                    plan["source_at"] = at  # (what _aim compares a source with)
+                point(at, pointer_to(arrays[DST]))
+                return
             if copy_source is not None:
                 copy_source = _source_copy(interior, x, a, g, zp_src)
             if logical is not None:

@@ -754,6 +754,25 @@ def test_new_arrays_move_the_replay(case, threads, monkeypatch):
             np.testing.assert_array_equal([d["dst"] for d in calls if d is not c], others)
 
 
+@pytest.mark.parametrize("case", list(_MOVE_CASES))
+def test_a_setup_after_moved_calls_points_at_its_own_arrays(case):
+    """Set up on some arrays, move to others, then set up again on the first ones (the
+    replays forgotten): what the set-up compares to skip re-pointing (a convolution's
+    source address for its row copies, a packer's source) must follow the moves, or the
+    kernels would read the moved-to arrays."""
+    make, _ = _MOVE_CASES[case]
+    p, args = make(1)
+    want = _fresh(p, args)
+    other = _new_arrays(args, 3)
+    p._forget_replays()
+    p.execute(args)  # set up on args
+    p.execute(other)  # moved to other
+    p._forget_replays()
+    args["dst"][...] = 0
+    p.execute(args)  # set up on args again
+    np.testing.assert_array_equal(args["dst"], want)
+
+
 def test_moved_replay_takes_the_full_path_when_it_must(monkeypatch):
     """New arrays that differ in more than their place: other strides, other scale values,
     a dst over the source or read-only. The full path runs (and names what is wrong)."""
