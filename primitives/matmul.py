@@ -636,23 +636,35 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 point_awc(pointer_to(arrays[SRC]), pointer_to(arrays[WEIGHTS]) + w_shift, pointer_to(arrays[DST]))
             return move_batch
         a_item = a_all.strides[0] if pd.src_batch > 1 else 0
-        structs = [(s, b * a_item + a_off, b * c_all.strides[0] + c_off)
-                   for b, (plan, repack) in enumerate(runs) if repack is not _read_in_place
-                   for s, (a_off, c_off) in zip(plan.structs, plan.offsets)]
-        point_ac = repointer([(s, "a", 0, a_off) for s, a_off, _ in structs] +
-                             [(s, "c", 1, c_off) for s, _, c_off in structs], 2)
-        in_place = [(b, plan) for b, (plan, repack) in enumerate(runs) if repack is _read_in_place]
-        packer = views.get("packer") if runtime and len(in_place) < len(runs) else None
+        entries, chunked = [], []  # (the table's bases: the source, the dst, the weights)
+        for b, (plan, repack) in enumerate(runs):
+            a_b, c_b = b * a_item, b * c_all.strides[0]
+            if repack is not _read_in_place:
+                for s, (a_off, c_off) in zip(plan.structs, plan.offsets):
+                    entries += [(s, "a", 0, a_b + a_off), (s, "c", 1, c_b + c_off)]
+            elif isinstance(plan, GemvPlan):  # (read in place; its ao stays: the zero point is by value)
+                w_b = self._in_place_weights(w_view, b).ctypes.data - w_view.ctypes.data + w_shift
+                for s, a_off, w_off, c_off in plan.fields():
+                    entries += [(s, "a", 0, a_b + a_off), (s, "w", 2, w_b + w_off), (s, "c", 1, c_b + c_off)]
+            else:  # (K in chunks: its pieces point as ChunkedRows.point does)
+                chunked.append((b, plan))
+        in_place = any(field == "w" for _, field, _, _ in entries)
+        point = repointer(entries, 3 if in_place else 2) if entries else None
+        packer = views.get("packer") if runtime and any(r is not _read_in_place for _, r in runs) else None
         repoint = packer.mover() if packer is not None else None
 
         def move(arrays: dict) -> None:
             if packer is not None:  # (the replay packs what it points at)
                 repoint(arrays[WEIGHTS], pointer_to(arrays[WEIGHTS]) + w_shift, take)
-            point_ac(pointer_to(arrays[SRC]), pointer_to(arrays[DST]))
-            if in_place:
-                w_all = take(arrays[WEIGHTS]) if runtime else None
+            if point is not None:
+                if in_place:
+                    point(pointer_to(arrays[SRC]), pointer_to(arrays[DST]), pointer_to(arrays[WEIGHTS]))
+                else:
+                    point(pointer_to(arrays[SRC]), pointer_to(arrays[DST]))
+            if chunked:
+                w_all = take(arrays[WEIGHTS])
                 a_all, c_all = arrays[SRC].reshape(-1, rows, K), arrays[DST].reshape(-1, rows, N)
-                for b, plan in in_place:
+                for b, plan in chunked:
                     plan.point(a_all[b if pd.src_batch > 1 else 0], self._in_place_weights(w_all, b), c_all[b], zp_src)
             if pd._binary:
                 for b, (plan, _) in enumerate(runs):

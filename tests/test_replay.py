@@ -625,12 +625,13 @@ def test_new_user_scratchpads_on_every_call_are_not_all_kept():
 
 
 # ------------------------------------------------------------------ new arrays: moved replays
-def _matmul_case(m: int, runtime: bool, threads: int, binary: str | None = None, user: bool = False):
+def _matmul_case(m: int, runtime: bool, threads: int, binary: str | None = None, user: bool = False, n: int = 48):
     """A matmul with the whole pipeline; weights packed through ``any``, or plain ones
-    given at every call (``runtime``: read in place at 1-4 rows, else packed per call);
-    ``binary``: an add post-op's operand kind ("row", "col", "full")."""
+    given at every call (``runtime``: read in place at 1-4 rows, else packed per call;
+    one row over rows of ``n`` = 2048 bytes, which alias in the caches, walks K in
+    chunks); ``binary``: an add post-op's operand kind ("row", "col", "full")."""
     rng = np.random.default_rng(m)
-    k, n = 40, 48
+    k = 40
     po = PostOps().eltwise("relu")
     dims = {"row": (m, 1), "col": (1, n), "full": (m, n)}.get(binary)
     if binary:
@@ -688,6 +689,7 @@ _MOVE_CASES = {  # name -> (make(threads), whether new arrays move the replay)
     "matmul, packed weights": (lambda t: _matmul_case(7, False, t), True),
     "matmul, weights read in place": (lambda t: _matmul_case(2, True, t), True),
     "matmul, weights packed per call": (lambda t: _matmul_case(9, True, t), True),
+    "matmul, one row, weights read in place in chunks of K": (lambda t: _matmul_case(1, True, t, n=2048), True),
     "matmul, binary per row": (lambda t: _matmul_case(7, False, t, "row"), True),
     "matmul, binary full, weights read in place": (lambda t: _matmul_case(3, True, t, "full"), True),
     "matmul, binary per column, packed per call": (lambda t: _matmul_case(9, True, t, "col"), True),
