@@ -40,12 +40,14 @@ ISA = "avx2"
 def args_offsets() -> dict[str, int]:
     from runtime.ffi import declare, struct_offsets
 
-    declare(ARGS_CDEF, (SIGNATURE, "struct i8j_repoint_args *"))
+    # (and the types a table's set-up casts to: a first execution parses none)
+    declare(ARGS_CDEF, (SIGNATURE, "struct i8j_repoint_args *", "char *[]", "int64_t *", "intptr_t"))
     return struct_offsets(ARGS_CDEF, "struct i8j_repoint_args", FIELDS)
 
 
 def repoint_kernel():
-    """The kernel (generated once, then from the caches)."""
+    """The kernel (generated once, then from the caches). The primitives whose replays
+    move ask for it when they are created, so that no execution makes it."""
     from jit import cache
 
     args_offsets()  # declares the struct for callers

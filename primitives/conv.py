@@ -64,7 +64,7 @@ import numpy as np
 
 from jit.copy_kernel import copy_kernel
 from jit.gemm_kernel import choose_tile
-from jit.repoint import repointer
+from jit.repoint import repoint_kernel, repointer
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
@@ -447,6 +447,7 @@ class _Convolution(GemmKernels, Primitive):
         self._held: set = set()  # kernels the plans call besides self._kernels' (the row copy)
         if not pd._direct_src():  # a padded source: the row copy is made now, not at the first call
             self._held.add(copy_kernel())
+        self._held.add(repoint_kernel())  # (a replay moved to new arrays: jit.repoint)
 
     def _scratchpad_gone(self, address: int) -> None:
         self._filled.pop(address, None)

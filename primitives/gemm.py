@@ -25,7 +25,7 @@ from jit.dot import Path, fast_path, widening_path
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.output import OutputSpec, SumOp
 from jit.pack_kernel import VnniPacker, pack_vnni, vnni_packs
-from jit.repoint import repointer
+from jit.repoint import repoint_kernel, repointer
 from primitives.base import Replay, in_force, kept_setup
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
@@ -305,6 +305,7 @@ class Gemm:
             self._packed, self._choice = self._pack(B)
         if not self._empty:  # (M or N of 0 runs no kernel, so on any CPU; K of 0 runs the Gemm below)
             isa_mod.require_path(self.isa)
+            self._repoint = repoint_kernel()  # (made now, not at a first moved call: _execute's move)
         if self.K == 0 and self.M and self.N:
             # C <- beta*C + co: the output stage on a zero accumulator, which a GEMM of
             # K = 1 over zeros computes bit for bit as every other GEMM's stage does.

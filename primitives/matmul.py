@@ -43,7 +43,7 @@ from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, restoring, view_maker
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
-from jit.repoint import repointer
+from jit.repoint import repoint_kernel, repointer
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
 from jit.dot import widening_path
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, point, point_at, refresh, run
@@ -414,6 +414,7 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         super().__init__(pd)
         self._plans: dict = {}
         self._sp_views: dict = {}
+        self._repoint = repoint_kernel()  # (made now, not at a first moved call: _mover)
 
     def _weights(self, mem: Memory, src: np.ndarray | None, b: int, views: dict, per_item: bool = False):
         """(packed B, choice, repack) of batch item ``b`` (``src``: runtime weights' view,
