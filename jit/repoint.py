@@ -77,10 +77,10 @@ class Repoints:
         args.table = ffi.cast("int64_t *", ffi.from_buffer(table))
         args.bases = ffi.cast("int64_t *", into)
         self.count = len(table)
-        function = self._code.function
+        function, count = self._code.function, max(bases, 1)
 
         def write(*new) -> None:  # (the table, through self, lives as long as this)
-            into[0:len(new)] = new
+            into[0:count] = new  # (cffi refuses another count of bases: none is left stale)
             function(args)
         write.table = self
         self.write = write

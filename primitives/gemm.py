@@ -592,7 +592,8 @@ class Gemm:
 
         # (Replay.moves: new arrays, the same layouts. Each struct's addresses are the new
         # arrays' first bytes plus what they were past these ones: jit.repoint's table; B's
-        # view starts where B does: 128^3 one-off with new arrays, 18.4 -> 17.2 us a call.)
+        # view is addressed from B, and made only where the packer falls back to point():
+        # 128^3 one-off with new arrays, 18.4 -> 17.2 us a call.)
         point_ac = repointer([(s, "a", 0, a_off) for s, (a_off, _) in zip(plan.structs, plan.offsets)] +
                              [(s, "c", 1, c_off) for s, (_, c_off) in zip(plan.structs, plan.offsets)], 2)
         repoint = packer.mover() if packer is not None else None

@@ -225,11 +225,7 @@ def make_plan(kernel, packed, M: int, N: int, K: int, lda: int, ldc_bytes: int, 
 
 def point(plan: Plan, a: np.ndarray, dst: np.ndarray, a_offset: int = 0, dst_offset: int = 0) -> None:
     """The plan's structs at A and the dst (at the given byte offsets)."""
-    point_at(plan, pointer_to(a) + a_offset, pointer_to(dst) + dst_offset)
-
-
-def point_at(plan: Plan, a_ptr, c_ptr) -> None:
-    """The plan's structs at the addresses of A's and the dst's first bytes (cdata pointers)."""
+    a_ptr, c_ptr = pointer_to(a) + a_offset, pointer_to(dst) + dst_offset
     for s, (a_off, c_off) in zip(plan.structs, plan.offsets):
         s.a = a_ptr + a_off
         s.c = c_ptr + c_off

@@ -46,7 +46,7 @@ from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
 from jit.repoint import repoint_kernel, repointer
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
 from jit.dot import widening_path
-from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, point, point_at, refresh, run
+from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, point, refresh, run
 from primitives.gemv_driver import (ChunkedRows, GemvPlan, chunk_kernels, reads_in_place, runs_in_place,
                                      walks_in_chunks)
 from primitives.checks import check_no_zero_dim
@@ -624,20 +624,17 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         take = (view_maker(w_view, wmem.array) or (lambda w: self._weights_view(Memory.trusted(wmem.desc, w)))) \
             if runtime else None
         # Each struct's addresses are the new arrays' first bytes plus what they were past
-        # the set-up's: a table of them taken once here, written by a loop or one kernel
-        # call (jit.repoint; 12 heads of 128x128x64: 16.6 -> 4 us of Python a moved call).
-        # The weights' view (a transpose, a reshape) is addressed from the caller's array,
-        # a cheaper address to take.
+        # the set-up's: a table of them, taken once here, which one kernel call writes
+        # (jit.repoint; 12 heads of 128x128x64: 16.6 -> 4 us of Python a moved call). The
+        # weights' view (a transpose, a reshape) is addressed from the caller's array, a
+        # cheaper address to take. Bases: the source, the dst, the weights.
         w_shift = w_view.ctypes.data - wmem.array.ctypes.data if runtime else 0
+        entries, chunked = [], []
         if batch_plan is not None:
-            point_awc = repointer([(s, field, base, offset) for s, *offsets in batch_plan.fields()
-                                   for field, base, offset in zip("awc", range(3), offsets)], 3)
-
-            def move_batch(arrays: dict) -> None:
-                point_awc(pointer_to(arrays[SRC]), pointer_to(arrays[WEIGHTS]) + w_shift, pointer_to(arrays[DST]))
-            return move_batch
-        a_item = a_all.strides[0] if pd.src_batch > 1 else 0
-        entries, chunked = [], []  # (the table's bases: the source, the dst, the weights)
+            runs = []  # (one in-place call for every item: no packer, no binary operand)
+            for s, a_off, w_off, c_off in batch_plan.fields():
+                entries += [(s, "a", 0, a_off), (s, "w", 2, w_shift + w_off), (s, "c", 1, c_off)]
+        a_item = a_all.strides[0] if a_all is not None and pd.src_batch > 1 else 0
         for b, (plan, repack) in enumerate(runs):
             a_b, c_b = b * a_item, b * c_all.strides[0]
             if repack is not _read_in_place:

@@ -66,6 +66,15 @@ def test_a_base_outside_the_list_is_refused():
         Repoints([(ffi.addressof(field, 0), 2, 0)], 2, keep=field)
 
 
+def test_a_call_takes_every_base():
+    """A call with fewer bases than the table was made for is refused (none left stale)."""
+    field = ffi.new("int64_t[1]", [7])
+    points = Repoints([(ffi.addressof(field, 0), 1, 0)], 2, keep=field)
+    with pytest.raises((ValueError, IndexError)):
+        points(ffi.NULL)
+    assert field[0] == 7
+
+
 def test_dump_asm_lists_the_repoint_kernel():
     import io
 
