@@ -450,7 +450,8 @@ class Primitive:
         after changing them), has a library scratchpad of its own, and is for one thread
         at a time; the arrays must stay as they are (no in-place reshape or retype).
         Where a primitive cannot run ``args`` without setting up again (an argument it
-        had to copy, a user scratchpad), the call is ``execute(args)`` itself.
+        had to copy, a user scratchpad) or without a test at every call (a convolution's
+        plain weights), the call is ``execute(args)`` itself.
 
         Example::
 
@@ -475,7 +476,7 @@ class Primitive:
         replay = self._full(args, not verbose.enabled("exec"), slot)
         if slot.scratchpad is not None:  # what the primitive keeps about it goes with the slot
             weakref.finalize(slot, self._scratchpad_gone, slot.scratchpad.ctypes.data)
-        if replay is None or shared:
+        if replay is None or shared or replay.check is not None:  # (check: a test at every call)
             return functools.partial(self.execute, args)  # (verbose: each call prints its line)
         bound = functools.partial(replay.run)
         bound.slot = slot  # its scratchpad lives as long as the call
@@ -665,14 +666,19 @@ class Replay:
     overlaps another argument, then moves the replay to them: a loop that makes its
     arrays anew (a 128-token BERT linear's execute 204 -> 175 us, its kernels 168).
     Anything else takes the full path.
+
+    ``check``, where the primitive gives one, is ``(name, test)``: both routes also need
+    ``test(array)`` to hold for that argument as the set-up took it (a convolution's plain
+    weights: the bytes it packed, compared at every call; their packs are not redone).
     """
 
-    __slots__ = ("run", "by_value", "move", "_record", "_matches", "_moved", "_views")
+    __slots__ = ("run", "by_value", "move", "check", "_record", "_matches", "_moved", "_views")
 
-    def __init__(self, run, by_value: tuple[str, ...] = (), move=None) -> None:
+    def __init__(self, run, by_value: tuple[str, ...] = (), move=None, check=None) -> None:
         self.run = run
         self.by_value = by_value
         self.move = move
+        self.check = check  # (name, test): test(that argument as the set-up took it) must hold too
         self._record: tuple = ()
         self._matches = self._moved = None
         self._views: tuple = ()  # (name, view_maker()): arguments the set-up took as a view
@@ -720,7 +726,8 @@ class Replay:
 
     def matches(self, args: dict) -> bool:
         """``args`` holds the recorded objects, unchanged (see the class docstring)."""
-        return self._matches is not None and self._matches(args, self._record)
+        return self._matches is not None and self._matches(args, self._record) \
+            and (self.check is None or self._checked(args))
 
     def moves(self, args: dict) -> bool:
         """Re-point the calls at ``args`` if they are arrays laid out as the recorded ones
@@ -728,13 +735,24 @@ class Replay:
         if self.move is None or self._matches is None:
             return False
         moved = self._moved(args, self._record)
-        if not moved:
+        if not moved or self.check is not None and not self._checked(args):
             return False
         arrays, self._record = moved
         for name, make in self._views:  # (as the Memory the set-up made of each holds it)
             arrays[name] = make(arrays[name])
         self.move(arrays)
         return True
+
+    def _checked(self, args: dict) -> bool:
+        """Whether ``check``'s test holds for its argument in ``args``, taken as the set-up
+        took it (a Memory's array; a view of it where the set-up made one)."""
+        name, test = self.check
+        value = args[name]
+        array = value.array if type(value) is Memory else value
+        for view_of, make in self._views:
+            if view_of == name:
+                array = make(array)
+        return test(array)
 
 
 def view_maker(view: np.ndarray, array: np.ndarray) -> Callable[[np.ndarray], np.ndarray] | None:

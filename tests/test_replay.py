@@ -1029,9 +1029,11 @@ def test_new_memory_objects_move_the_replay(case, monkeypatch):
 
 def test_conv_plain_weights_packed_once_while_unchanged(monkeypatch):
     """Plain weights given at every call are packed again only when their bytes change
-    (a one-entry cache): the same array, an equal copy, then new values in place and a
-    new array of other values; every result as a convolution on weights packed through
-    'any' gives, and the packing counted."""
+    (a one-entry cache), and the call replays (or moves) while they are those packed:
+    the same array, an equal copy, then new values in place, a new array of other values
+    and a logical-shape view of them; every result as a convolution on weights packed
+    through 'any' gives, the packing and the set-ups counted. A bound call follows
+    weights changed in place (it is execute itself: the bytes are compared at each call)."""
     from primitives import conv_weights
 
     rng = np.random.default_rng(21)
@@ -1040,9 +1042,11 @@ def test_conv_plain_weights_packed_once_while_unchanged(monkeypatch):
            desc((24,), "f32", "a"))
     p = ConvolutionDesc(*mds, padding_l=(1, 1), attr=attr).create()
     ref = ConvolutionDesc(mds[0], desc((24, 16, 3, 3), "s8", "any"), *mds[2:], padding_l=(1, 1), attr=attr).create()
-    packs = []
+    packs, setups = [], []
     real = conv_weights.ConvWeightsLayout.pack_all
     monkeypatch.setattr(conv_weights.ConvWeightsLayout, "pack_all", lambda self, w: packs.append(1) or real(self, w))
+    real_execute = p._execute
+    monkeypatch.setattr(p, "_execute", lambda *a: setups.append(1) or real_execute(*a))
     w = rng.integers(-128, 128, (3, 3, 16, 24)).astype(np.int8)  # hwio: the array in memory order
     args = {"src": rng.integers(0, 256, (1, 9, 9, 16)).astype(np.uint8), "weights": w,
             "bias": rng.normal(0, 50, 24).astype(np.float32), "dst": np.zeros((1, 9, 9, 24), np.uint8),
@@ -1050,21 +1054,27 @@ def test_conv_plain_weights_packed_once_while_unchanged(monkeypatch):
 
     def expect(a):
         wmem = Memory(ref.pd.weights_desc())
+        weights = a["weights"] if a["weights"].shape == w.shape else a["weights"].transpose(2, 3, 1, 0)
         reorder_desc(desc((24, 16, 3, 3), "s8", "hwio"), ref.pd.weights_desc()).create().execute(
-            {"src": a["weights"], "dst": wmem})
+            {"src": weights, "dst": wmem})
         out = np.zeros_like(a["dst"])
         ref.execute(dict(a, weights=wmem, dst=out))
         return out
 
-    steps = [("the same array", lambda: w, 0), ("an equal copy", lambda: w.copy(), 0),
-             ("new values in place", lambda: (w.__setitem__(slice(None), w[::-1]), w)[1], 1),
-             ("a new array of other values", lambda: rng.integers(-128, 128, w.shape).astype(np.int8), 1)]
+    steps = [("the same array", lambda: w, 0, 0), ("an equal copy", lambda: w.copy(), 0, 0),
+             ("new values in place", lambda: (w.__setitem__(slice(None), w[::-1]), w)[1], 1, 1),
+             ("a new array of other values", lambda: rng.integers(-128, 128, w.shape).astype(np.int8), 1, 1),
+             ("the same values, a logical-shape view (oihw)", lambda: args["weights"].transpose(3, 2, 0, 1), 0, 1)]
     p.execute(args)
-    assert len(packs) == 1
-    for what, weights, more in steps:
-        before = len(packs)
+    assert len(packs) == len(setups) == 1
+    for what, weights, more, setup in steps:
+        before = len(packs), len(setups)
         args["weights"] = weights()
         args["dst"][...] = 0
         p.execute(args)
-        assert len(packs) == before + more, what
+        assert (len(packs), len(setups)) == (before[0] + more, before[1] + setup), what
         np.testing.assert_array_equal(args["dst"], expect(args), err_msg=what)
+    bound = p.bind(args)
+    args["weights"][...] = rng.integers(-128, 128, args["weights"].shape)
+    bound()
+    np.testing.assert_array_equal(args["dst"], expect(args), err_msg="a bound call, weights changed in place")
