@@ -572,16 +572,25 @@ class DepthwiseConv(Primitive):
         weights, as :func:`~primitives.base.slot_key` tells them apart) has its own
         structs and replay, so layers of one shape, which share this primitive, replay in
         turn; a call with new arrays laid out alike moves it (Replay.moves)."""
+        quiet, last = not verbose.enabled("exec"), None
+        if type(args) is dict and quiet:
+            # The replay of this thread's last argument set first, before finding its set's
+            # (a network calls a layer with one set; 576@14/2 with new arrays: -0.4 us a call).
+            last = getattr(self._local, "cur", None)
+            replay = last.replay if last is not None else None
+            if replay is not None and (replay.matches(args) or replay.moves(args)):  # (moves: new arrays)
+                replay.run()
+                return
         local = self._set_local(args if type(args) is dict else None)
         replay = local.replay
-        if replay is not None and type(args) is dict and not verbose.enabled("exec") \
-                and (replay.matches(args) or replay.moves(args)):  # (moves: new arrays, Replay.moves)
+        if replay is not None and type(args) is dict and quiet and local is not last \
+                and (replay.matches(args) or replay.moves(args)):
             replay.run()
             return
         local.replay = None
         checks = self._checks
         if type(args) is dict and len(args) == len(checks) + self._user and (not self._user or SCRATCHPAD in args) \
-                and not verbose.enabled("exec"):
+                and quiet:
             key = []  # the bytes of the scales, zero points and bias, in _param_names order
             for name, shape, dtype, role, packed in checks:
                 value = args.get(name)
