@@ -603,7 +603,11 @@ _KEPT_SETUPS = threading.local()  # per thread: kind -> {signature: set-up}, lea
 
 def kept_setups(kind: str) -> dict:
     """This thread's kept set-ups of ``kind`` (:func:`kept_setup`), least recently used first."""
-    return _KEPT_SETUPS.__dict__.setdefault(kind, {})
+    kinds = _KEPT_SETUPS.__dict__
+    table = kinds.get(kind)  # (not setdefault: its default dict would be made at every call)
+    if table is None:
+        table = kinds[kind] = {}
+    return table
 
 
 def in_force(isa, threads) -> tuple:
