@@ -84,3 +84,20 @@ def test_dump_asm_lists_the_repoint_kernel():
     assert run(["repoint"], out) == 0
     text = out.getvalue()
     assert "repoint [avx2]" in text and "mov [r8],r9" in text and "add r9,[rsi+10h]" in text
+
+
+def test_repointer_writes_named_fields_from_its_first_call():
+    """repointer's function writes struct fields by name (the table made at its first
+    call, then kept): each field its base's address plus its offset, again at a second
+    call with other bases."""
+    from jit.repoint import repoint_kernel, repointer
+
+    repoint_kernel()  # (declares the struct used as a stand-in here)
+    structs = [ffi.new("struct i8j_repoint_args *") for _ in range(3)]
+    write = repointer([(s, field, i % 2, 8 * i) for i, s in enumerate(structs) for field in ("table", "bases")], 2)
+    for _ in range(2):
+        arrays = [np.zeros(16, np.int64), np.zeros(16, np.int64)]
+        write(*(ffi.from_buffer(a) for a in arrays))
+        for i, s in enumerate(structs):
+            for field in ("table", "bases"):
+                assert int(ffi.cast("intptr_t", getattr(s, field))) == arrays[i % 2].ctypes.data + 8 * i
