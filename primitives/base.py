@@ -898,12 +898,13 @@ class _ArgSpec:
         for kind, table in (("scales", attr.scales), ("zero_points", attr.zero_points)):
             for arg, mask in table.items():
                 name = f"{kind}:{arg}"
-                md = pd.query(arg)
-                if name not in self.accepted or md is None:
+                if name not in self.accepted:
+                    continue
+                md = self.descs[arg] if arg in self.descs else pd.query(arg)  # (queried above: a new desc each time)
+                if md is None:
                     continue
                 bounds = None if kind == "scales" else tuple(pd.zero_point_range(arg))
-                self.quant[name] = (pd.query(name), mask, md.dims, bounds)
-
+                self.quant[name] = (self.descs[name], mask, md.dims, bounds)
 
     def fast(self, args) -> dict | None:
         if type(args) is not dict:
