@@ -739,17 +739,21 @@ class Replay:
         if self.move is None or self._matches is None:
             return False
         moved = self._moved(args, self._record)
-        if not moved or self.check is not None and not self._checked(args):
+        if not moved:
             return False
-        arrays, self._record = moved
+        arrays, record = moved
         for name, make in self._views:  # (as the Memory the set-up made of each holds it)
             arrays[name] = make(arrays[name])
+        if self.check is not None and not self.check[1](arrays[self.check[0]]):
+            return False
+        self._record = record
         self.move(arrays)
         return True
 
     def _checked(self, args: dict) -> bool:
-        """Whether ``check``'s test holds for its argument in ``args``, taken as the set-up
-        took it (a Memory's array; a view of it where the set-up made one)."""
+        """Whether ``check``'s test holds for its argument in ``args`` (the recorded objects,
+        :meth:`matches`), taken as the set-up took it (a Memory's array; a view of it where
+        the set-up made one)."""
         name, test = self.check
         value = args[name]
         array = value.array if type(value) is Memory else value

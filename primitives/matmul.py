@@ -624,8 +624,9 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         take = (view_maker(w_view, wmem.array) or (lambda w: self._weights_view(Memory.trusted(wmem.desc, w)))) \
             if runtime else None
         # Each struct's addresses are the new arrays' first bytes plus what they were past
-        # the set-up's: a table of them, taken once here, which one kernel call writes
-        # (jit.repoint; 12 heads of 128x128x64: 16.6 -> 4 us of Python a moved call). The
+        # the set-up's: their entries taken here, a table of them (made at the first move)
+        # written by one kernel call (jit.repoint; 12 heads of 128x128x64: 16.6 -> 4 us of
+        # Python a moved call). The
         # weights' view (a transpose, a reshape) is addressed from the caller's array, a
         # cheaper address to take. Bases: the source, the dst, the weights.
         w_shift = w_view.ctypes.data - wmem.array.ctypes.data if runtime else 0

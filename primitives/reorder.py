@@ -314,7 +314,6 @@ class Reorder(Primitive):
         view = pd._view
         tables = self._tables(values)
         s_item, d_item = src.array.itemsize, dst.array.itemsize
-        s_ptr, d_ptr = pointer_to(src.data), pointer_to(dst.data)
         threads = 1 if view.rows * view.n < _SMALL else pd.threads
         if view.rows >= threads:
             chunks = [(b, e, 0, view.n) for b, e in split(view.rows, threads)]
@@ -325,7 +324,6 @@ class Reorder(Primitive):
         for r0, r1, c0, c1 in chunks:
             s = ffi.new("struct i8j_reorder_args *")
             offsets.append(((r0 * view.n + c0) * s_item, (r0 * view.n + c0) * d_item))
-            s.src, s.dst = s_ptr + offsets[-1][0], d_ptr + offsets[-1][1]
             s.src_stride, s.dst_stride = view.n * s_item, view.n * d_item
             s.rows, s.n = r1 - r0, c1 - c0
             for i, name in enumerate(ATTRS):
@@ -335,15 +333,16 @@ class Reorder(Primitive):
                     s.attr[i] = ffi.cast("float *", pointer_to(table)) + offset // 4
                     s.attr_stride[i] = stride
             structs.append(s)
+
+        def point(src_array: np.ndarray, dst_array: np.ndarray) -> None:  # (this call's, and a moved replay's)
+            s_ptr, d_ptr = pointer_to(src_array), pointer_to(dst_array)
+            for s, (s_off, d_off) in zip(structs, offsets):
+                s.src, s.dst = s_ptr + s_off, d_ptr + d_off
+        point(src.data, dst.data)
         run = functools.partial(run_chunks, self._kernel.function, structs)
         run.tables = tables  # the structs hold raw addresses into these
         run()
-
-        def move(arrays: dict) -> None:  # (Replay.moves)
-            s_ptr, d_ptr = pointer_to(arrays[SRC]), pointer_to(arrays[DST])
-            for s, (s_off, d_off) in zip(structs, offsets):
-                s.src, s.dst = s_ptr + s_off, d_ptr + d_off
-        return Replay(run, move=move)
+        return Replay(run, move=lambda arrays: point(arrays[SRC], arrays[DST]))
 
     def _execute_packed(self, src: Memory, dst: Memory, values: dict) -> None:
         inner = self._inner
