@@ -30,7 +30,7 @@ Example::
 """
 from __future__ import annotations
 
-from runtime.ffi import pointer_to
+from runtime.ffi import address_of, pointer_to, unowned
 
 ARGS_CDEF = """
 struct i8j_pack_args {
@@ -174,7 +174,7 @@ class VnniPacker:
                               tile_bytes=4 * tile_n, dst_item=size,
                               sums_item=4 * self._sums.shape[1])
         self._data = data
-        self._src = self._where = None  # the array the structs' src points into (kept alive with them)
+        self._where = None  # (the address, not the array: the caller's arrays are its own to keep)
         # Threads take ranges of whole passes (of every item: their columns, packed bytes
         # and sums) or, with fewer tiles than threads, ranges of a batch's items
         # (attention's heads: 64 columns, one tile, 12 items).
@@ -238,12 +238,12 @@ class VnniPacker:
                 import numpy as np
 
                 self._padded = np.zeros((self.items,) + whole, np.int8)
-            self._copy_from = src
+            self._copy_from = unowned(src)  # (refresh copies it again: an array, not the caller's)
             self._padded[:, :rows, :width] = src
             src = self._padded
-        where = (pointer_to(src), src.strides)  # (a new view of the same bytes each call: the same)
+        where = (address_of(src), src.strides)  # (a new view of the same bytes each call: the same)
         if where != self._where:
-            self._src, self._where = src, where
+            self._where = where
             for parts in (self._parts, self._item_parts or ()):
                 self._point_parts(parts)
 
@@ -272,7 +272,6 @@ class VnniPacker:
                     [(args, "src", 0, i0 * item + (c0 * strides[1] if self.columns else c0))
                      for parts in (self._parts, self._item_parts or ()) for i0, c0, args in parts], 1)
             state[2](base)
-            self._src = b  # (kept alive while the structs point into it)
             self._where = state[0] = (base, where[1])
         return move
 

@@ -73,6 +73,7 @@ from primitives.attr import (BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Attr, check_sc
                              check_zero_points, expected_count)
 from primitives.checks import check_disjoint
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc, identity_tag
+from runtime.ffi import unowned
 from runtime.isa import planning_isa
 from runtime.pool import prepare_single_runs
 from runtime.threads import resolve_threads
@@ -447,8 +448,9 @@ class Primitive:
         then hold, with no checks: about 1 us of Python a call, cold or hot.
 
         The call keeps the scales, zero points and bias as they were here (bind again
-        after changing them), has a library scratchpad of its own, and is for one thread
-        at a time; the arrays must stay as they are (no in-place reshape or retype).
+        after changing them), has a library scratchpad of its own, holds the arrays (they
+        live as long as the call), and is for one thread at a time; the arrays must stay
+        as they are (no in-place reshape or retype).
         Where a primitive cannot run ``args`` without setting up again (an argument it
         had to copy, a user scratchpad) or without a test at every call (a convolution's
         plain weights), the call is ``execute(args)`` itself.
@@ -479,6 +481,7 @@ class Primitive:
         if replay is None or shared or replay.check is not None:  # (check: a test at every call)
             return functools.partial(self.execute, args)  # (verbose: each call prints its line)
         bound = functools.partial(replay.run)
+        bound.arrays = args  # (its kernels run on them with no test: they live as long as the call)
         bound.slot = slot  # its scratchpad lives as long as the call
         # So do the primitive and its kernels: the replay's call lists hold bare function
         # pointers, and jit.cache.clear_memory() lets a dropped primitive's code be unmapped.
@@ -495,7 +498,8 @@ class Primitive:
         mem = spec.fast(args) if quiet else None
         if mem is not None:  # dense arrays of exactly the expected shapes: checked already
             check_disjoint(mem, spec.outputs, spec.kind, args.get(SCRATCHPAD))
-            return self._remember(self._execute(mem, self._scratchpad(args, spec, slot)), args, mem, spec, slot)
+            return self._remember(self._execute(_unowned(mem, spec), self._scratchpad(args, spec, slot)),
+                                  args, mem, spec, slot)
         if not isinstance(args, Mapping):
             raise TypeError(f"args: expected a dict of argument name -> Memory or numpy array, "
                             f"got {type(args).__name__}")
@@ -516,7 +520,7 @@ class Primitive:
         check_disjoint(mem, spec.outputs, spec.kind, args.get(SCRATCHPAD))
         scratchpad = self._scratchpad(args, spec, slot)
         t0 = time.perf_counter()
-        replay = self._execute(mem, scratchpad)
+        replay = self._execute(_unowned(mem, spec), scratchpad)
         ms = (time.perf_counter() - t0) * 1e3
         self.last_exec_ms = ms
         if quiet:
@@ -579,7 +583,7 @@ def _nothing() -> None:
 def slot_key(args: Mapping[str, Any]) -> int | None:
     """Which slot an argument set takes: its packed weights' identity (a network's layer:
     its constant weights, packed once), or None, one slot shared by every other set
-    (runtime weights, none). A slot's replay keeps its arrays alive, so a caller that
+    (runtime weights, none). A slot holds a scratchpad and a replay, so a caller that
     passes new arrays on every call must not leave one set behind per call."""
     weights = args.get(WEIGHTS)
     return id(weights) if type(weights) is Memory and weights.desc.is_packed else None
@@ -638,6 +642,19 @@ def kept_setup(kind: str, key, make: Callable[[], Any], size: int = _SLOTS):
     return entry
 
 
+def _unowned(mem: dict, spec: "_ArgSpec") -> dict:
+    """``mem`` as ``_execute`` gets it: the caller's arrays (not packed weights) as
+    arrays over the same memory that do not keep them alive (:func:`runtime.ffi.unowned`),
+    so that nothing a set-up leaves behind (plans, closures, a replay) holds the caller's
+    memory once the caller lets it go. About 1 us an array, at set-up only."""
+    out = {}
+    for name, m in mem.items():
+        if m.payload is None and not m.desc.is_packed:
+            m = Memory.trusted(m.desc, unowned(m.array))
+        out[name] = m
+    return out
+
+
 class _Slot:
     """One argument set's library scratchpad and replay, on one thread."""
 
@@ -674,6 +691,14 @@ class Replay:
     ``check``, where the primitive gives one, is ``(name, test)``: both routes also need
     ``test(array)`` to hold for that argument as the set-up took it (a convolution's plain
     weights: the bytes it packed, compared at every call; their packs are not redone).
+
+    A replay keeps none of the caller's arrays alive: its record holds them (and plain
+    Memory objects) by weak reference, and ``_execute`` gets arrays over their memory
+    that do not keep them (:func:`_unowned`), so its structs and closures hold bare
+    addresses. That is safe because a replay runs only where :meth:`matches` found the
+    recorded objects alive or :meth:`moves` pointed it at the call's own arrays; a bound
+    call (:meth:`Primitive.bind`) holds its arrays itself. Packed weights and a user
+    scratchpad are held as given.
     """
 
     __slots__ = ("run", "by_value", "move", "check", "_record", "_matches", "_moved", "_views")
@@ -714,11 +739,17 @@ class Replay:
             array = value.array if memory else value
             if type(array) is not np.ndarray:
                 return False
+            # The caller's arrays are held weakly: a replay does not keep the last call's
+            # arrays alive, and it only runs on arrays its test found alive (or moved to).
+            # Packed weights and a user scratchpad are held as given.
+            weak = name != SCRATCHPAD and (not memory or value.payload is None and not value.desc.is_packed)
             # (a plain Memory moves too: a new one of the same descriptor around a new array)
-            movable = self.move is not None and name not in by_value and name != SCRATCHPAD \
-                and (not memory or value.payload is None)
-            layout.append((name, memory, name in by_value, name in outputs, movable))
-            record += (value, array, value.payload) if memory else (value,)
+            movable = self.move is not None and weak and name not in by_value
+            layout.append((name, memory, name in by_value, name in outputs, movable, weak))
+            if weak:
+                record += (_ref(value), _ref(array), None) if memory else (_ref(value),)
+            else:
+                record += (value, array, value.payload) if memory else (value,)
             record += (array.shape, array.dtype)
             if movable:
                 record += (value.desc, array.strides) if memory else (array.strides,)
@@ -791,16 +822,19 @@ def _view_of(view, array) -> bool:
     """Whether ``view`` is ``array``'s own bytes in another order (a logical-shape array of
     a plain tag, as Memory takes it: its transpose into memory order), which the same
     array gives again at every call."""
+    # (numpy makes a view's base the array that owns the bytes, or the last array before
+    # an object that is none, such as runtime.ffi.unowned's buffer: array itself)
     return type(view) is np.ndarray and type(array) is np.ndarray and view.base is not None \
-        and view.base is (array if array.base is None else array.base) and view.ctypes.data == array.ctypes.data
+        and (view.base is array or view.base is array.base) and view.ctypes.data == array.ctypes.data
 
 
 _MATCHERS: dict = {}  # layout -> generated (matches, moved)
+_ref = weakref.ref
 
 
 def _matcher(layout: tuple):
     """``(matches, moved)`` for one argument layout ((name, memory, by value, output,
-    movable) per argument), generated once as straight expressions: a loop over a table of
+    movable, held weakly) per argument), generated once as straight expressions: a loop over a table of
     the same checks costs about twice as much, and on a small layer the test is most of
     the call's Python.
 
@@ -814,31 +848,41 @@ def _matcher(layout: tuple):
     if made is not None:
         return made
     names, tests, contents, loose, fresh, arrays = [], [], [], [], [], []
-    for i, (name, memory, by_value, output, movable) in enumerate(layout):
+    for i, (name, memory, by_value, output, movable, weak) in enumerate(layout):
         o, a = f"o{i}", f"a{i}" if memory else f"o{i}"
         names += [o, a, f"p{i}"] if memory else [o]
         names += [f"s{i}", f"t{i}"]
-        tests.append(f"get({name!r}) is not {o}")
-        if memory:  # re-pointed, or re-packed by another reorder
-            tests.append(f"{o}.array is not {a} or {o}.payload is not p{i}")
-        tests.append(f"{a}.shape != s{i} or {a}.dtype is not t{i}")
+        v, w = f"v{i}", f"w{i}"  # (the argument; a Memory's array)
+        if weak:  # (o, a: weak references; a dead one gives None, never the argument)
+            same = [f"({v} := get({name!r}, miss)) is not {o}()"]
+            if memory:
+                same.append(f"({w} := {v}.array) is not {a}() or {v}.payload is not None")
+            held = w if memory else v
+        else:
+            same = [f"get({name!r}) is not {o}"]
+            if memory:  # re-pointed, or re-packed by another reorder
+                same.append(f"{o}.array is not {a} or {o}.payload is not p{i}")
+            held = a
+        tests += same
+        tests.append(f"{held}.shape != s{i} or {held}.dtype is not t{i}")
         if output:
-            tests.append(f"not {a}.flags.writeable")
-        v, w = f"v{i}", f"w{i}"  # (the argument; a moved Memory's array)
+            tests.append(f"not {held}.flags.writeable")
+        new_object = movable or by_value and not memory  # (moved: any ndarray of the layout or values)
         if memory and movable:
             loose.append(f"type({v} := get({name!r})) is not Memory or {v}.payload is not None "
                          f"or ({v}.desc is not d{i} and {v}.desc != d{i}) "
                          f"or ({w} := {v}.array).shape != s{i} or {w}.dtype != t{i}")
+            array = w
+        elif new_object:
+            loose.append(f"type({v} := get({name!r})) is not ndarray or {v}.shape != s{i} or {v}.dtype != t{i}")
+            array = v
         else:
-            loose.append(f"type({v} := get({name!r})) is not ndarray or {v}.shape != s{i} or {v}.dtype != t{i}"
-                         if movable or by_value and not memory else f"get({name!r}) is not {o}")
-            if memory:
-                loose.append(f"{o}.array is not {a} or {o}.payload is not p{i}")
-        array = (w if memory else v) if movable or by_value and not memory else a
+            loose += same
+            array = held
         if output:
             loose.append(f"not {array}.flags.writeable")
-        new = [v if movable or by_value and not memory else o]
-        new += ([w, "None"] if movable else [a, f"p{i}"]) if memory else []
+        new = [(f"ref({v})" if weak else v) if new_object else o]
+        new += ([f"ref({w})", "None"] if movable else [a, f"p{i}"]) if memory else []
         new += [f"s{i}", f"t{i}"]
         arrays.append(array)
         if movable:
@@ -846,13 +890,12 @@ def _matcher(layout: tuple):
                 names.append(f"d{i}")
                 new.append(f"d{i}")
             names.append(f"r{i}")
-            loose.append(f"{w if memory else v}.strides != r{i}")
+            loose.append(f"{array}.strides != r{i}")
             new.append(f"r{i}")
-        if by_value:
+        if by_value:  # (its values now: a Memory's too, changed in place)
             names.append(f"b{i}")
-            contents.append(f"{a}.tobytes() != b{i}")
-            if not memory:
-                loose.append(f"{v}.tobytes() != b{i}")
+            contents.append(f"{held}.tobytes() != b{i}")
+            loose.append(f"{array}.tobytes() != b{i}")
             new.append(f"b{i}")
         fresh += new
     # (check_disjoint's test; the full path names the overlap)
@@ -870,7 +913,8 @@ def _matcher(layout: tuple):
               f"    if {' or '.join(overlaps)}:\n"
               f"        return None\n"
               f"    return {{{', '.join(f'{e[0]!r}: {x}' for e, x in zip(layout, arrays))}}}, ({', '.join(fresh)},)\n")
-    namespace: dict = {"ndarray": np.ndarray, "Memory": Memory, "may": np.may_share_memory}
+    namespace: dict = {"ndarray": np.ndarray, "Memory": Memory, "may": np.may_share_memory, "ref": _ref,
+                       "miss": object()}
     exec(compile(source, "<int8jit replay matcher>", "exec"), namespace)  # noqa: S102 - our own text
     made = _MATCHERS[layout] = namespace["matches"], namespace["moved"]
     return made

@@ -80,7 +80,7 @@ from primitives import gemm_driver
 from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, kernel_of, new_args, refresh
 from primitives.memory import Memory, MemoryDesc, dt_range, packed_desc, tag_of_perm
 from runtime import isa as isa_mod
-from runtime.ffi import ffi, pointer_to
+from runtime.ffi import address_of, ffi, pointer_to, unowned
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads, split
 
@@ -600,15 +600,16 @@ class _Convolution(GemmKernels, Primitive):
             nonlocal copy_source, dst_logical
             x = arrays[SRC] if pixels is None else pixels(arrays[SRC])
             if plain:
-                at = pointer_to(x)
+                at = address_of(x)
                 if rows_src is not None:
                     plan["source_at"] = at  # (what _aim compares a source with)
                 point(at, pointer_to(arrays[DST]))
                 return
+            x = unowned(x)  # (kept by the closures below: never the caller's arrays themselves)
             if copy_source is not None:
                 copy_source = _source_copy(interior, x, a, g, zp_src)
             if logical is not None:
-                dst_logical = logical(arrays[DST])
+                dst_logical = unowned(logical(arrays[DST]))
             binaries = self._binaries({name: Memory.trusted(mem[name].desc, arrays[name])
                                        for name in (post_op_src1(i) for i, _ in pd._binary)},
                                       dst.desc) if pd._binary else ()
@@ -664,7 +665,7 @@ class _Convolution(GemmKernels, Primitive):
         (None: as it is, for a replay moved to new arrays)."""
         OC = self.pd.geometry.groups * self.pd.geometry.ocg
         if rows_src is not None and plan["source_at"] != pointer_to(rows_src):  # another source array
-            base = plan["source_at"] = pointer_to(rows_src)
+            base = plan["source_at"] = address_of(rows_src)
             for args, offset in plan["source_reads"]:  # the row copies' reads of it
                 args.src = base + offset
         bases, c_ptr = (pointer_to(a), pointer_to(sp)), pointer_to(c)  # A's buffers: a, the strips

@@ -35,7 +35,7 @@ from primitives.gemm_driver import (Operand, OutputArgs, Plan, kernel_of, make_p
                                     tuned_spec)
 from primitives.gemv_driver import (CHUNKED_BYTES, IN_PLACE_ROWS, ChunkedRows, GemvPlan, chunk_kernels,
                                    partial_columns, rows_alias, walks_in_chunks)
-from runtime.ffi import pointer_to
+from runtime.ffi import pointer_to, unowned
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads
 
@@ -430,7 +430,8 @@ class Gemm:
         run, now = plan.calls.run, [a, C, co]  # (the fix reads them at every call)
 
         def move(arrays: dict) -> None:
-            now[:] = arrays["A"], arrays["C"], arrays.get("co")
+            if fixes:  # (the fix reads them: arrays over their memory, not the caller's)
+                now[:] = (unowned(arrays[name]) if name in arrays else None for name in ("A", "C", "co"))
             self._point_in_place(plan, arrays["A"], arrays["B"], arrays["C"], ao)
         return ((lambda: (run(), self._in_place_fix(now[0], lda, now[1], ao, bo, now[2]))) if fixes else run), move
 
@@ -486,7 +487,9 @@ class Gemm:
             replay[1].run()
             return
         self._replay = None
-        again = self._execute(A, C, B, ao, bo, co)
+        # (the set-up and its replay keep arrays over the caller's memory, not the caller's
+        # arrays: Replay holds those weakly, and runs only on live ones)
+        again = self._execute(*(unowned(x) if type(x) is np.ndarray else x for x in (A, C, B)), ao, bo, co)
         if again is not None and args is not None:
             record = Replay(again[0], move=again[1])
             if record.remember(args, ("co",), ("C",)):
@@ -604,7 +607,7 @@ class Gemm:
             if repoint is not None:
                 repoint(arrays["B"], pointer_to(arrays["B"]) + b_shift, self._b_kn)
             if shifted is not None:
-                view = rows_of(arrays["A"])
+                view = rows_of(unowned(arrays["A"]))
             point_ac(pointer_to(arrays["A"] if shifted is None else shifted), pointer_to(arrays["C"]))
         return again, move
 

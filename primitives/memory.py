@@ -507,7 +507,7 @@ class Memory:
     packed weights' compensation vectors); Memory never looks at it.
     """
 
-    __slots__ = ("_desc", "_array", "payload")
+    __slots__ = ("_desc", "_array", "payload", "__weakref__")  # (a replay's record holds it weakly)
 
     def __init__(self, md: MemoryDesc, array: np.ndarray | None = None, *, payload: Any = None,
                  name: str = "array") -> None:

@@ -401,7 +401,8 @@ class Pooling(Primitive):
         src_ptr, dst_ptr = pointer_to(src), pointer_to(dst)
         for s, (_, src_off, dst_off) in zip(run.structs, self._chunks):
             s.src, s.dst = src_ptr + src_off, dst_ptr + dst_off
-        run.keep = (src, dst)  # the arrays the structs point at stay alive with the call
+        # (bare addresses: the caller keeps the arrays alive; a replay runs only on arrays
+        # its test found alive, or a bound call on the ones it holds)
 
 
 def _spatial_pairs(name: str, value, nd: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -441,7 +441,7 @@ def test_bound_calls_outlive_their_primitive(kind):
 
 def test_new_arrays_on_every_call_are_not_kept():
     """A caller that passes new src and dst arrays on every call (same packed weights)
-    takes one slot: the replay keeps the last call's arrays alive, not every call's."""
+    takes one slot, and no call's arrays stay alive (test_held_arrays: the last's neither)."""
     import gc
     import weakref
 
@@ -453,8 +453,10 @@ def test_new_arrays_on_every_call_are_not_kept():
     for _ in range(5):
         args = dict(args, src=args["src"].copy(), dst=np.zeros_like(args["dst"]))
         p.execute(args)
+    last = weakref.ref(args["dst"])
+    del args
     gc.collect()
-    assert first() is None
+    assert first() is None and last() is None
     assert len(p._local.slots) == 1
 
 
