@@ -19,7 +19,7 @@ from primitives.memory import Memory, desc
 from primitives.pooling import PoolingDesc, pool2d
 from primitives.reorder import ReorderDesc, dequantize, quantize, reorder_desc
 from runtime.ffi import unowned
-from tests.test_replay import _MOVE_CASES, _fresh, _new_arrays
+from tests.test_replay import _MOVE_CASES, _conv, _fresh, _matmul_case, _new_arrays
 
 _RNG = np.random.default_rng(31)
 
@@ -70,14 +70,35 @@ def _one_off(m: int, n: int, k: int, a_type: str = "u8"):
     return call, lambda: _gemm_args(m, n, k, a_type)
 
 
+def _moving(made: tuple):
+    """(primitive, new args()) of test_replay's (primitive, args): new arrays of the same
+    layouts at each call (the same user scratchpad)."""
+    p, args = made
+    if p.pd.scratchpad_desc().nbytes and p.pd._attr().scratchpad_mode == "user":
+        args.setdefault("scratchpad", np.zeros(p.pd.scratchpad_desc().nbytes, np.uint8))
+    return p, lambda: _new_arrays(args, int(_RNG.integers(99)))
+
+
+def _plain_weights_conv():
+    """A convolution given plain weights (oihw) at every call: packed when they change."""
+    pd = ConvolutionDesc(desc((1, 8, 6, 6), "u8", "nhwc"), desc((16, 8, 3, 3), "s8", "oihw"),
+                         desc((1, 16, 6, 6), "s32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1))
+    return pd.create(), lambda: {"src": _RNG.integers(0, 256, (1, 6, 6, 8)).astype(np.uint8),
+                                 "weights": _RNG.integers(-128, 128, (16, 8, 3, 3)).astype(np.int8),
+                                 "dst": np.zeros((1, 6, 6, 16), np.int32)}
+
+
 def _primitive(make):
     p, new = make()
     return p.execute, new
 
 
 _ROUTES = {  # name -> () -> (call(args), new args())
-    **{case: (lambda case=case: _primitive(lambda: (lambda p, a: (p, lambda: _new_arrays(a, int(_RNG.integers(99)))))(
-        *_MOVE_CASES[case][0](1)))) for case in _MOVE_CASES},
+    **{case: (lambda case=case: _primitive(lambda: _moving(_MOVE_CASES[case][0](1)))) for case in _MOVE_CASES},
+    "conv, user scratchpad": lambda: _primitive(lambda: _moving(_conv(ic=16, pad=1, user=True))),
+    "matmul, user scratchpad, weights packed per call": lambda: _primitive(
+        lambda: _moving(_matmul_case(9, True, 1, user=True))),
+    "conv, plain weights": lambda: _primitive(_plain_weights_conv),
     "pooling nhwc": lambda: _primitive(lambda: _pooling("nhwc")),
     "pooling nchw (transposed)": lambda: _primitive(lambda: _pooling("nchw")),
     "reorder quantize": lambda: _primitive(lambda: _reorder("quantize")),
@@ -103,13 +124,14 @@ _ROUTES = {  # name -> () -> (call(args), new args())
 
 def _refs(*calls: dict) -> dict:
     return {f"{i}:{name}": weakref.ref(v) for i, args in enumerate(calls) for name, v in args.items()
-            if isinstance(v, np.ndarray)}
+            if isinstance(v, np.ndarray) and name != "scratchpad"}  # (a user scratchpad: held as given)
 
 
 @pytest.mark.parametrize("route", list(_ROUTES))
 def test_arrays_are_freed_when_the_caller_drops_them(route):
-    """Set up, replayed, moved to new arrays, bound: once the caller drops its arrays (and
-    the bound call), none is alive, the by-value ones (scales, bias) included."""
+    """Set up, replayed, moved to new arrays (or set up again): once the caller drops its
+    arrays, none is alive, the by-value ones (scales, bias) included; a user scratchpad
+    is held as given."""
     call, new = _ROUTES[route]()
     first, second = new(), new()
     call(first)
