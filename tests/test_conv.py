@@ -1,6 +1,8 @@
 """Convolution: bit-exact against the numpy model (im2col + the GEMM model + the output pipeline)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +18,8 @@ from runtime.isa import LADDER
 from primitives.reorder import reorder_desc
 from tests.conftest import assert_same_bits, faithful_model
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "25")), deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 NP = {"u8": np.uint8, "s8": np.int8, "s32": np.int32, "f32": np.float32}
 TAGS = {3: ("nwc", "ncw"), 4: ("nhwc", "nchw"), 5: ("ndhwc", "ncdhw")}
 

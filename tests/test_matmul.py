@@ -7,6 +7,8 @@ the generated code. A second test holds the model to the seed's formula in float
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +21,8 @@ from primitives.reference import gemm_sum, output_pipeline, wrap_int32
 from primitives.reorder import reorder_desc
 from tests.conftest import assert_same_bits, faithful_model
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "25")), deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 ELTWISE = [("relu", 0.0, 0.0), ("relu", 0.25, 0.0), ("clip", -3.0, 40.0), ("linear", 0.5, 2.0), ("abs", 0, 0),
            ("tanh", 0, 0), ("logistic", 0, 0), ("gelu_erf", 0, 0), ("swish", 1.0, 0), ("round", 0, 0)]
 NP = {"u8": np.uint8, "s8": np.int8, "s32": np.int32, "f32": np.float32}
