@@ -834,9 +834,9 @@ _ref = weakref.ref
 
 def _matcher(layout: tuple):
     """``(matches, moved)`` for one argument layout ((name, memory, by value, output,
-    movable, held weakly) per argument), generated once as straight expressions: a loop over a table of
-    the same checks costs about twice as much, and on a small layer the test is most of
-    the call's Python.
+    movable, held weakly) per argument), generated once as straight expressions: a loop
+    over a table of the same checks costs about twice as much, and on a small layer the
+    test is most of the call's Python.
 
     ``matches(args, record)``: the same objects, unchanged. dtypes compare by identity (an
     unchanged array returns its own), so a dtype set in place to an equal one only takes
