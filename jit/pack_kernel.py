@@ -61,6 +61,11 @@ def args_offsets() -> dict[str, int]:
     return struct_offsets(ARGS_CDEF, "struct i8j_pack_args", FIELDS)
 
 
+# Declared at import, as the drivers declare theirs: a creation parses no C type (cffi's
+# pycparser: 0.15-0.4 ms a type; the repoint struct's were 1.3 ms of a 1.8 ms creation).
+args_offsets()
+
+
 def pack_kernel(columns: bool, bits: int, widen: bool = False, vnni: bool = False):
     """The kernel packing B from rows of N (or ``columns`` of K) with ``bits``-bit code,
     into the VNNI layout or the widening one, its sums by VPDPBUSD where ``vnni``

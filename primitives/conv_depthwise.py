@@ -61,8 +61,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS, DwKernelSpec, block_columns,
-                                   zp_route)
+from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS, SIGNATURE, DwKernelSpec,
+                                   block_columns, zp_route)
 from jit.output import OutputSpec
 from primitives import verbose
 from primitives.attr import BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
@@ -76,7 +76,7 @@ from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads, split
 
-declare(ARGS_CDEF, ("struct i8j_dw_args *",))
+declare(ARGS_CDEF, (SIGNATURE, "struct i8j_dw_args *"))
 _from_buffer = ffi.from_buffer
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")

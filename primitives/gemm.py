@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jit.column_term import column_term_kernel
 from jit.dot import Path, fast_path, widening_path
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.output import OutputSpec, SumOp
@@ -640,7 +641,6 @@ class Gemm:
     def _term_calls(packer: VnniPacker, comps: "_Comps", ao_eff: int, firsts: list) -> list:
         """Per thread (its first column in ``firsts``), the call that writes its columns'
         term of ``comps`` from the packer's column sums: ``-ao' * sums + add``."""
-        from jit.column_term import column_term_kernel
         from runtime.ffi import ffi, pointer_to
 
         function = column_term_kernel().function
