@@ -328,6 +328,10 @@ class Primitive:
         self.pd = pd
         # Per executing thread: its argument sets' slots (library scratchpad and replay).
         self._local = threading.local()
+        # (a user scratchpad's address, an argument set's slot key) -> the token of the
+        # replay whose set-up (or move) last pointed the state kept for them at its arrays:
+        # see _claim.
+        self._owners: dict = {}
         self.last_exec_ms: float | None = None
 
     @property
@@ -532,11 +536,32 @@ class Primitive:
     def _remember(self, replay: "Replay | None", args: Mapping, mem: dict, spec: "_ArgSpec",
                   slot: "_Slot | None" = None) -> "Replay | None":
         if isinstance(replay, Replay) and type(args) is dict and replay.record(args, mem, spec):
+            if spec.user_scratchpad and spec.scratch_need:
+                replay.valid = self._claim(args)
             (slot or self._slot(args)).replay = replay
             if slot is None:  # (a bound call's slot is its own: execute never runs its replay)
                 self._local.last = replay
             return replay
         return None
+
+    def _claim(self, args: dict) -> Callable[[], bool]:
+        """Make the replay of this set-up on ``args``' user scratchpad the one that may run
+        there; returns the test that it still is. A primitive keeps, per scratchpad address
+        and argument set (its packed weights, :func:`slot_key`), state that a set-up points
+        at its arrays (a convolution's or matmul's plans and structs). A user scratchpad
+        can serve several threads in turn, each with replays of its own, so another
+        thread's set-up there leaves this thread's replay pointing at that thread's arrays
+        (it ran on them: wrong results, and writes into another call's dst). With the test
+        such a replay takes the full path instead. A library scratchpad is the thread's
+        own, so its replays need none."""
+        sp = args[SCRATCHPAD]
+        key = ((sp.array if type(sp) is Memory else sp).__array_interface__["data"][0], slot_key(args))
+        owners, token = self._owners, object()
+        owners.pop(key, None)
+        if len(owners) >= _SLOTS:  # (a new scratchpad at every call: not all kept; a dropped key's replays set up again)
+            owners.pop(next(iter(owners)), None)
+        owners[key] = token
+        return lambda: owners.get(key) is token
 
     def _forget_replays(self) -> None:
         self._local.last = None
@@ -692,6 +717,10 @@ class Replay:
     ``test(array)`` to hold for that argument as the set-up took it (a convolution's plain
     weights: the bytes it packed, compared at every call; their packs are not redone).
 
+    ``valid``, set for a call on a user scratchpad (:meth:`Primitive._claim`), is a test
+    both routes also need: that no set-up on that scratchpad (another thread's) has since
+    pointed the state the replay runs on at other arrays.
+
     A replay keeps none of the caller's arrays alive: its record holds them (and plain
     Memory objects) by weak reference, and ``_execute`` gets arrays over their memory
     that do not keep them (:func:`_unowned`), so its structs and closures hold bare
@@ -701,13 +730,14 @@ class Replay:
     scratchpad are held as given.
     """
 
-    __slots__ = ("run", "by_value", "move", "check", "_record", "_matches", "_moved", "_views")
+    __slots__ = ("run", "by_value", "move", "check", "valid", "_record", "_matches", "_moved", "_views")
 
     def __init__(self, run, by_value: tuple[str, ...] = (), move=None, check=None) -> None:
         self.run = run
         self.by_value = by_value
         self.move = move
         self.check = check  # (name, test): test(that argument as the set-up took it) must hold too
+        self.valid = None  # or a test of the primitive's state that both routes need (Primitive._claim)
         self._record: tuple = ()
         self._matches = self._moved = None
         self._views: tuple = ()  # (name, view_maker()): arguments the set-up took as a view
@@ -762,12 +792,12 @@ class Replay:
     def matches(self, args: dict) -> bool:
         """``args`` holds the recorded objects, unchanged (see the class docstring)."""
         return self._matches is not None and self._matches(args, self._record) \
-            and (self.check is None or self._checked(args))
+            and (self.check is None or self._checked(args)) and (self.valid is None or self.valid())
 
     def moves(self, args: dict) -> bool:
         """Re-point the calls at ``args`` if they are arrays laid out as the recorded ones
         (see the class docstring), and record them; False, with nothing done, if not."""
-        if self.move is None or self._matches is None:
+        if self.move is None or self._matches is None or self.valid is not None and not self.valid():
             return False
         moved = self._moved(args, self._record)
         if not moved:
