@@ -242,3 +242,92 @@ def _checked_call(p, oracle, sets, now, op, rng, where):
 _CACHE: dict = {}
 _ORACLES: dict = {}
 _SPARE: dict = {}  # case -> a second user scratchpad
+
+
+# -- oneDNN's GEMM calls (gemm_u8s8s32, gemm_s8s8s32): their own replays (Gemm.execute) --
+GEMM_CASES = {  # name -> (M, N, K, A's type, offsetc, threads)
+    "B packed, offsets per column": (64, 48, 40, "u8", "R", 1),
+    "s8 A shifted, offsets per row": (64, 48, 40, "s8", "C", 1),
+    "rows of A read in place": (3, 64, 256, "u8", "F", 1),
+    "one row, K in chunks": (1, 2048, 64, "u8", "R", 1),
+    "K of 3": (5, 7, 3, "s8", "F", 1),
+    "two threads": (64, 96, 64, "u8", "R", 2),
+}
+GEMM_OPS = ("call", "call", "switch sets", "new arrays", "A changed in place", "B changed in place",
+            "co changed in place", "other offsets", "beta 0 or 1", "rows with gaps", "buffers freed and reused",
+            "call from another thread")
+
+
+def _gemm_set(M, N, K, a_type, offsetc, rng, gaps=False) -> dict:
+    """Arrays (A, B, C with leading dimensions, wider than their rows where ``gaps``), co,
+    offsets and beta of one call."""
+    lda, ldb, ldc = (K + 5, N + 3, N + 7) if gaps else (K, N, N)
+    A = np.zeros((M, lda), np.uint8 if a_type == "u8" else np.int8)
+    A[:, :K] = rng.integers(0, 100, (M, K)) if a_type == "u8" else rng.integers(-100, 100, (M, K))
+    B = np.zeros((K, ldb), np.int8)
+    B[:, :N] = rng.integers(-128, 128, (K, N))
+    C = np.zeros((M, ldc), np.int32)
+    C[:, :N] = rng.integers(-1000, 1000, (M, N))
+    co = rng.integers(-50, 50, {"F": 1, "C": M, "R": N}[offsetc]).astype(np.int32)
+    return {"A": A, "B": B, "C": C, "co": co, "ao": int(rng.integers(0, 9)), "bo": int(rng.integers(-3, 4)),
+            "beta": float(rng.integers(2)), "ld": (lda, ldb, ldc)}
+
+
+def _gemm_want(s, M, N, K, offsetc) -> np.ndarray:
+    """C after the call, in int64 (the values stay far from int32's limits)."""
+    a = s["A"][:, :K].astype(np.int64) - s["ao"]
+    b = s["B"][:, :N].astype(np.int64) - s["bo"]
+    co = s["co"].astype(np.int64)
+    co = co.reshape(-1, 1) if offsetc == "C" else co
+    return a @ b + s["beta"] * s["C"][:, :N] + co
+
+
+@pytest.mark.parametrize("case", list(GEMM_CASES))
+@SETTINGS
+@given(ops=st.lists(st.sampled_from(GEMM_OPS), min_size=1, max_size=10), seed=st.integers(0, 2**16))
+def test_any_sequence_of_gemm_calls_gives_the_products(case, ops, seed):
+    from primitives.gemm import gemm_s8s8s32, gemm_u8s8s32
+
+    M, N, K, a_type, offsetc, threads = GEMM_CASES[case]
+    function = gemm_u8s8s32 if a_type == "u8" else gemm_s8s8s32
+    rng = np.random.default_rng(seed)
+    sets = [_gemm_set(M, N, K, a_type, offsetc, rng), _gemm_set(M, N, K, a_type, offsetc, rng)]
+    now = 0
+    for step, op in enumerate(ops + ["call"]):
+        s = sets[now]
+        if op == "switch sets":
+            now = 1 - now
+        elif op in ("new arrays", "rows with gaps"):
+            sets[now] = _gemm_set(M, N, K, a_type, offsetc, rng, gaps=op == "rows with gaps")
+        elif op == "A changed in place":
+            s["A"][:, :K] = np.roll(s["A"][:, :K], 1, axis=1)
+        elif op == "B changed in place":
+            s["B"][:, :N] = -np.maximum(s["B"][:, :N], -127)
+        elif op == "co changed in place":
+            s["co"] += 3
+        elif op == "other offsets":
+            s["ao"], s["bo"] = int(rng.integers(0, 9)), int(rng.integers(-3, 4))
+        elif op == "beta 0 or 1":
+            s["beta"] = 1.0 - s["beta"]
+        elif op == "buffers freed and reused":
+            sets[now] = _reused({k: v for k, v in s.items() if isinstance(v, np.ndarray)})
+            sets[now].update({k: v for k, v in s.items() if not isinstance(v, np.ndarray)})
+            del s
+        else:
+            s, other = sets[now], sets[1 - now]["C"].copy()
+            want = s["C"].astype(np.int64)  # (the gaps between rows stay as they are)
+            want[:, :N] = _gemm_want(s, M, N, K, offsetc)
+            lda, ldb, ldc = s["ld"]
+
+            def call():
+                function("N", "N", offsetc, M, N, K, 1.0, s["A"], lda, s["ao"], s["B"], ldb, s["bo"], s["beta"],
+                         s["C"], ldc, s["co"], threads=threads)
+            if op == "call from another thread":
+                thread = threading.Thread(target=call)
+                thread.start()
+                thread.join()
+            else:
+                call()
+            where = f"step {step} ({op}) of {ops}"
+            np.testing.assert_array_equal(s["C"], want, err_msg=where)
+            np.testing.assert_array_equal(sets[1 - now]["C"], other, err_msg=f"{where}: the other set's C")
