@@ -45,9 +45,7 @@ def args_offsets() -> dict[str, int]:
     return struct_offsets(ARGS_CDEF, "struct i8j_repoint_args", FIELDS)
 
 
-# Declared at import, as the drivers declare theirs: a creation parses no C type (cffi's
-# pycparser: 0.15-0.4 ms a type; the repoint struct's were 1.3 ms of a 1.8 ms creation).
-args_offsets()
+args_offsets()  # (at import: a creation parses no C, see runtime.ffi.declare)
 
 
 def repoint_kernel():

@@ -33,7 +33,10 @@ def declare(cdef: str, types: tuple[str, ...] = ()) -> None:
     ``types``: C types to parse now (at import): kernel function-pointer types, and the
     argument structs and arrays that executions allocate. cffi parses a type string with
     pycparser the first time it meets it (0.4-1 ms each) and keeps the result; parsed
-    here, neither a process's first creation nor its first execution pays it.
+    here, neither a process's first creation nor its first execution pays it. So each
+    module declares its structs at import (a kernel module's ``args_offsets()``): the
+    re-pointing struct, declared when its kernel was first asked for, was 1.3 ms of an
+    inner product's 1.8 ms creation from the disk cache.
     """
     with _lock:
         if cdef not in _declared:

@@ -39,6 +39,28 @@ def _made(make):
     return p, new()
 
 
+def _depthwise_user():
+    """A depthwise layer on a user scratchpad (its own fast path, structs per thread)."""
+    from primitives.attr import Attr
+    from primitives.conv import ConvolutionDesc
+    from primitives.memory import desc
+    from primitives.reorder import reorder_desc
+
+    rng = np.random.default_rng(5)
+    pd = ConvolutionDesc(desc((1, 32, 9, 9), "u8", "nhwc"), desc((32, 1, 1, 3, 3), "s8", "any"),
+                         desc((1, 32, 9, 9), "u8", "nhwc"), desc((32,), "f32", "a"), padding_l=(1, 1),
+                         padding_r=(1, 1), attr=Attr(scales={"weights": 1}, zero_points={"src": 0},
+                                                     scratchpad_mode="user"))
+    w = Memory(pd.weights_desc())
+    reorder_desc(desc((32, 1, 1, 3, 3), "s8", "goihw"), pd.weights_desc()).create().execute(
+        {"src": rng.integers(-128, 128, (32, 1, 1, 3, 3)).astype(np.int8), "dst": w})
+    return _user((pd.create(), {"src": rng.integers(0, 256, (1, 9, 9, 32)).astype(np.uint8), "weights": w,
+                                "bias": rng.normal(0, 9, 32).astype(np.float32),
+                                "dst": np.zeros((1, 9, 9, 32), np.uint8),
+                                "scales:weights": np.full(32, 0.01, np.float32),
+                                "zero_points:src": np.int32([3])}))
+
+
 def _user(made):
     p, args = made
     args["scratchpad"] = np.zeros(p.pd.scratchpad_desc().nbytes, np.uint8)
@@ -54,6 +76,7 @@ CASES = {  # name -> () -> (primitive, args)
     "conv, plain weights": lambda: _made(_plain_weights_conv),
     "depthwise": lambda: _made(lambda: _depthwise(1)),
     "depthwise, stride 2": lambda: _made(lambda: _depthwise(2)),
+    "depthwise, user scratchpad, source zero point": _depthwise_user,
     "pooling nhwc": lambda: _made(lambda: _pooling("nhwc")),
     "pooling nchw": lambda: _made(lambda: _pooling("nchw")),
     "reorder quantize": lambda: _made(lambda: _reorder("quantize")),
@@ -245,13 +268,16 @@ _SPARE: dict = {}  # case -> a second user scratchpad
 
 
 # -- oneDNN's GEMM calls (gemm_u8s8s32, gemm_s8s8s32): their own replays (Gemm.execute) --
-GEMM_CASES = {  # name -> (M, N, K, A's type, offsetc, threads)
-    "B packed, offsets per column": (64, 48, 40, "u8", "R", 1),
-    "s8 A shifted, offsets per row": (64, 48, 40, "s8", "C", 1),
-    "rows of A read in place": (3, 64, 256, "u8", "F", 1),
-    "one row, K in chunks": (1, 2048, 64, "u8", "R", 1),
-    "K of 3": (5, 7, 3, "s8", "F", 1),
-    "two threads": (64, 96, 64, "u8", "R", 2),
+GEMM_CASES = {  # name -> (M, N, K, A's type, offsetc, threads, route)
+    "B packed, offsets per column": (64, 48, 40, "u8", "R", 1, "call"),
+    "s8 A shifted, offsets per row": (64, 48, 40, "s8", "C", 1, "call"),
+    "rows of A read in place": (3, 64, 256, "u8", "F", 1, "call"),
+    "one row, K in chunks": (1, 2048, 64, "u8", "R", 1, "call"),
+    "K of 3": (5, 7, 3, "s8", "F", 1, "call"),
+    "two threads": (64, 96, 64, "u8", "R", 2, "call"),
+    "Gemm, B at each call": (64, 48, 40, "u8", "R", 1, "Gemm"),
+    "Gemm, B at each call, rows in place, s8": (2, 64, 100, "s8", "C", 1, "Gemm"),
+    "Gemm, B at creation": (30, 40, 50, "s8", "F", 1, "Gemm with B"),
 }
 GEMM_OPS = ("call", "call", "switch sets", "new arrays", "A changed in place", "B changed in place",
             "co changed in place", "other offsets", "beta 0 or 1", "rows with gaps", "buffers freed and reused",
@@ -286,10 +312,20 @@ def _gemm_want(s, M, N, K, offsetc) -> np.ndarray:
 @SETTINGS
 @given(ops=st.lists(st.sampled_from(GEMM_OPS), min_size=1, max_size=10), seed=st.integers(0, 2**16))
 def test_any_sequence_of_gemm_calls_gives_the_products(case, ops, seed):
-    from primitives.gemm import gemm_s8s8s32, gemm_u8s8s32
+    from primitives.gemm import Gemm, gemm_s8s8s32, gemm_u8s8s32
 
-    M, N, K, a_type, offsetc, threads = GEMM_CASES[case]
+    M, N, K, a_type, offsetc, threads, route = GEMM_CASES[case]
     function = gemm_u8s8s32 if a_type == "u8" else gemm_s8s8s32
+    objects: dict = {}  # (a Gemm takes its leading dimensions and beta, and B if given, at creation)
+
+    def gemm_object(s):
+        lda, ldb, ldc = s["ld"]
+        with_b = route == "Gemm with B"
+        key = (s["ld"], s["beta"], id(s["B"]) if with_b else None)
+        if key not in objects:  # (B held with it: no later B takes its id)
+            objects[key] = Gemm(M, N, K, a_type=a_type, offsetc=offsetc, lda=lda, ldb=ldb, ldc=ldc, beta=s["beta"],
+                                threads=threads, **({"B": s["B"]} if with_b else {})), s["B"]
+        return objects[key][0]
     rng = np.random.default_rng(seed)
     sets = [_gemm_set(M, N, K, a_type, offsetc, rng), _gemm_set(M, N, K, a_type, offsetc, rng)]
     now = 0
@@ -301,7 +337,7 @@ def test_any_sequence_of_gemm_calls_gives_the_products(case, ops, seed):
             sets[now] = _gemm_set(M, N, K, a_type, offsetc, rng, gaps=op == "rows with gaps")
         elif op == "A changed in place":
             s["A"][:, :K] = np.roll(s["A"][:, :K], 1, axis=1)
-        elif op == "B changed in place":
+        elif op == "B changed in place" and route != "Gemm with B":  # (that Gemm packed B once)
             s["B"][:, :N] = -np.maximum(s["B"][:, :N], -127)
         elif op == "co changed in place":
             s["co"] += 3
@@ -320,8 +356,12 @@ def test_any_sequence_of_gemm_calls_gives_the_products(case, ops, seed):
             lda, ldb, ldc = s["ld"]
 
             def call():
-                function("N", "N", offsetc, M, N, K, 1.0, s["A"], lda, s["ao"], s["B"], ldb, s["bo"], s["beta"],
-                         s["C"], ldc, s["co"], threads=threads)
+                if route == "call":
+                    function("N", "N", offsetc, M, N, K, 1.0, s["A"], lda, s["ao"], s["B"], ldb, s["bo"], s["beta"],
+                             s["C"], ldc, s["co"], threads=threads)
+                else:
+                    gemm_object(s).execute(s["A"], s["C"], ao=s["ao"], bo=s["bo"], co=s["co"],
+                                           **({"B": s["B"]} if route == "Gemm" else {}))
             if op == "call from another thread":
                 thread = threading.Thread(target=call)
                 thread.start()
