@@ -502,8 +502,8 @@ class Primitive:
         mem = spec.fast(args) if quiet else None
         if mem is not None:  # dense arrays of exactly the expected shapes: checked already
             check_disjoint(mem, spec.outputs, spec.kind, args.get(SCRATCHPAD))
-            return self._remember(self._execute(_unowned(mem, spec), self._scratchpad(args, spec, slot)),
-                                  args, mem, spec, slot)
+            scratchpad = self._scratchpad(args, spec, slot)
+            return self._remember(self._execute(_unowned(mem, spec), scratchpad), args, mem, spec, slot, scratchpad)
         if not isinstance(args, Mapping):
             raise TypeError(f"args: expected a dict of argument name -> Memory or numpy array, "
                             f"got {type(args).__name__}")
@@ -528,24 +528,24 @@ class Primitive:
         ms = (time.perf_counter() - t0) * 1e3
         self.last_exec_ms = ms
         if quiet:
-            return self._remember(replay, args, mem, spec, slot)
+            return self._remember(replay, args, mem, spec, slot, scratchpad)
         pd = self.pd
         verbose.execution(pd.kind, pd.impl_name(), pd.runs_isa(), self._verbose_desc(), pd._attr().verbose_str(), ms)
         return None
 
     def _remember(self, replay: "Replay | None", args: Mapping, mem: dict, spec: "_ArgSpec",
-                  slot: "_Slot | None" = None) -> "Replay | None":
+                  slot: "_Slot | None" = None, scratchpad: np.ndarray | None = None) -> "Replay | None":
         if isinstance(replay, Replay) and type(args) is dict and replay.record(args, mem, spec):
-            if spec.user_scratchpad and spec.scratch_need:
-                replay.valid = self._claim(args)
+            if spec.user_scratchpad and scratchpad is not None:
+                replay.valid = self._claim(scratchpad, args)
             (slot or self._slot(args)).replay = replay
             if slot is None:  # (a bound call's slot is its own: execute never runs its replay)
                 self._local.last = replay
             return replay
         return None
 
-    def _claim(self, args: dict) -> Callable[[], bool]:
-        """Make the replay of this set-up on ``args``' user scratchpad the one that may run
+    def _claim(self, scratchpad: np.ndarray, args: dict) -> Callable[[], bool]:
+        """Make the replay of this set-up on the user's ``scratchpad`` the one that may run
         there; returns the test that it still is. A primitive keeps, per scratchpad address
         and argument set (its packed weights, :func:`slot_key`), state that a set-up points
         at its arrays (a convolution's or matmul's plans and structs). A user scratchpad
@@ -554,8 +554,7 @@ class Primitive:
         (it ran on them: wrong results, and writes into another call's dst). With the test
         such a replay takes the full path instead. A library scratchpad is the thread's
         own, so its replays need none."""
-        sp = args[SCRATCHPAD]
-        key = ((sp.array if type(sp) is Memory else sp).__array_interface__["data"][0], slot_key(args))
+        key = (scratchpad.__array_interface__["data"][0], slot_key(args))
         owners, token = self._owners, object()
         owners.pop(key, None)
         if len(owners) >= _SLOTS:  # (a new scratchpad at every call: not all kept; a dropped key's replays set up again)

@@ -83,6 +83,10 @@ CASES = {  # name -> () -> (primitive, args)
     "reorder transpose": lambda: _made(lambda: _reorder("transpose")),
 }
 
+_CACHE: dict = {}  # case -> (primitive, args), made once: hypothesis runs many examples
+_ORACLES: dict = {}  # case -> the second primitive
+_SPARE: dict = {}  # case -> a second user scratchpad
+
 OPS = ("call", "call", "switch sets", "new objects, same memory", "new arrays", "an input changed in place",
        "buffers freed and reused", "call from another thread", "bound call", "in a bigger buffer",
        "wrapped in a Memory", "unwrapped", "another user scratchpad")
@@ -179,7 +183,7 @@ def _reused(args: dict) -> dict:
 @example(ops=["call", "switch sets", "call from another thread", "switch sets"], seed=0)
 @example(ops=["call", "new arrays", "call from another thread", "call", "bound call"], seed=1)
 def test_any_sequence_of_calls_gives_the_full_paths_results(case, ops, seed):
-    if case not in _CACHE:  # (made once: hypothesis runs many examples)
+    if case not in _CACHE:
         _CACHE[case] = CASES[case]()
         _ORACLES[case] = _oracle(_CACHE[case][0])
     (p, first), oracle = _CACHE[case], _ORACLES[case]
@@ -262,10 +266,6 @@ def _checked_call(p, oracle, sets, now, op, rng, where):
     np.testing.assert_array_equal(_array(sets[1 - now]["dst"]), other, err_msg=f"{where}: the other set's dst")
 
 
-_CACHE: dict = {}
-_ORACLES: dict = {}
-_SPARE: dict = {}  # case -> a second user scratchpad
-
 
 # -- oneDNN's GEMM calls (gemm_u8s8s32, gemm_s8s8s32): their own replays (Gemm.execute) --
 GEMM_CASES = {  # name -> (M, N, K, A's type, offsetc, threads, route)
@@ -345,10 +345,10 @@ def test_any_sequence_of_gemm_calls_gives_the_products(case, ops, seed):
             s["ao"], s["bo"] = int(rng.integers(0, 9)), int(rng.integers(-3, 4))
         elif op == "beta 0 or 1":
             s["beta"] = 1.0 - s["beta"]
-        elif op == "buffers freed and reused":
-            sets[now] = _reused({k: v for k, v in s.items() if isinstance(v, np.ndarray)})
-            sets[now].update({k: v for k, v in s.items() if not isinstance(v, np.ndarray)})
-            del s
+        elif op == "buffers freed and reused":  # (s is sets[now]: _reused empties it, dropping the arrays)
+            scalars = {k: s.pop(k) for k in [k for k, v in s.items() if not isinstance(v, np.ndarray)]}
+            sets[now] = _reused(s)
+            sets[now].update(scalars)
         else:
             s, other = sets[now], sets[1 - now]["C"].copy()
             want = s["C"].astype(np.int64)  # (the gaps between rows stay as they are)
