@@ -18,8 +18,9 @@ from __future__ import annotations
 from jit.pack_rows import Width, load_pick, next_item, start, sum_step, widen_pairs
 
 
-def emit_columns(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> None:
-    """The columns kernel's body (``offsets``: the args struct's field offsets)."""
+def emit_columns(argument, offsets: dict, w: Width, widen: bool, vnni: bool, stream: bool = False) -> None:
+    """The columns kernel's body (``offsets``: the args struct's field offsets; ``stream``:
+    the packed bytes stored past the caches, ``Width.store``)."""
     from peachpy.literal import Constant
     from peachpy.name import Name
 
@@ -113,13 +114,13 @@ def emit_columns(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> 
         """Group g's row ``x`` stored (widened: its two rows, summed here: ``x`` is spent)."""
         if widen:
             first, second = widen_pairs(x, *free, pick)
-            w.move(rows[(2 * g) % 4], first)
-            w.move(rows[(2 * g + 1) % 4], second)
+            w.store(rows[(2 * g) % 4], first, stream)
+            w.store(rows[(2 * g + 1) % 4], second, stream)
             for t in (first, second):
                 asm.VPMADDWD(t, t, ones16)
                 asm.VPADDD(acc[0], acc[0], t)
         else:
-            w.move(rows[g % 4], x)
+            w.store(rows[g % 4], x, stream)
         if (g + 1) * per_row % 4 == 0:
             LEA(rbp, [rbp + r12 * 4])
 
@@ -152,7 +153,7 @@ def emit_columns(argument, offsets: dict, w: Width, widen: bool, vnni: bool) -> 
     ADD(r15, 8)
     DEC(r8)
     JNZ(chunk)
-    next_item(A, item, done)
+    next_item(A, item, done, stream)
 
 
 def _pairs_of_columns(v: list, free: list) -> tuple:

@@ -16,6 +16,11 @@ They read B in place where they can (512-bit: byte masks; 256-bit: dword masks, 
 rows need N % 4 == 0 and columns K % 4 == 0, else the packer pads a copy) and write
 nothing past the packed B (its padding columns stay as they were: zero).
 
+A packed B too big to stay in the caches (:func:`streams`: 8 MB and more, on the
+512-bit kernels) is stored with VMOVNTDQ: its lines are not read before they are
+written, and it does not evict B itself (a 64 x 4096 x 4096 GEMM given B at the call, on
+a Zen 4: 333 -> 363 GOPS, one thread).
+
 Example::
 
     >>> import numpy as np
@@ -30,6 +35,7 @@ Example::
 """
 from __future__ import annotations
 
+from jit.pack_rows import BLOCK, block_groups
 from runtime.ffi import address_of, pointer_to, unowned
 
 ARGS_CDEF = """
@@ -46,12 +52,15 @@ struct i8j_pack_args {
     void *quarters; int64_t last_mask; int64_t k_rem; int64_t blocks; int64_t last_groups; int64_t last_columns;
     /* the rows kernel's own: the block's first row, its groups' offset, the chunk's sums */
     void *block_src; int64_t block_off; void *sums_at;
+    int64_t block_max;  /* the rows kernel's K groups a sweep (jit.pack_rows.block_groups) */
 };
 """
 SIGNATURE = "void (*)(struct i8j_pack_args *)"
 FIELDS = ("src", "dst", "colsum", "ldb", "groups", "chunks", "tile_bytes", "items", "src_item",
           "dst_item", "sums_item", "left", "block", "items_left", "item_src", "item_dst", "item_sums", "quarters",
-          "last_mask", "k_rem", "blocks", "last_groups", "last_columns", "block_src", "block_off", "sums_at")
+          "last_mask", "k_rem", "blocks", "last_groups", "last_columns", "block_src", "block_off", "sums_at",
+          "block_max")
+STREAM_BYTES = 8 << 20  # a packed B this big is stored past the caches (streams)
 
 
 def args_offsets() -> dict[str, int]:
@@ -64,42 +73,69 @@ def args_offsets() -> dict[str, int]:
 args_offsets()  # (at import: a creation parses no C, see runtime.ffi.declare)
 
 
-def pack_kernel(columns: bool, bits: int, widen: bool = False, vnni: bool = False):
+def pack_kernel(columns: bool, bits: int, widen: bool = False, vnni: bool = False, stream: bool = False):
     """The kernel packing B from rows of N (or ``columns`` of K) with ``bits``-bit code,
     into the VNNI layout or the widening one, its sums by VPDPBUSD where ``vnni``
-    (512-bit only); generated once, then from the caches."""
+    (512-bit only), its packed bytes stored past the caches where ``stream`` (512-bit
+    only: :func:`streams`); generated once, then from the caches."""
     from jit import cache
 
     args_offsets()  # declares the struct for callers
-    return cache.get_kernel(kernel_key(columns, bits, widen, vnni), lambda: generate(columns, bits, widen, vnni))
+    if stream and bits != 512:
+        raise ValueError("stream: streaming stores are the 512-bit kernels' (a whole line a store)")
+    return cache.get_kernel(kernel_key(columns, bits, widen, vnni, stream),
+                            lambda: generate(columns, bits, widen, vnni, stream))
 
 
-def kernel_key(columns: bool, bits: int, widen: bool = False, vnni: bool = False) -> tuple:
+def kernel_key(columns: bool, bits: int, widen: bool = False, vnni: bool = False, stream: bool = False) -> tuple:
     """(name, ISA) of a packing kernel: the cache key and what dump-asm lists."""
     from jit.pack_rows import Width
 
     name = "pack_b_" + ("widen" if widen else "vnni") + ("_columns" if columns else "_rows") + str(bits)
-    return name + ("_madd" if bits == 512 and not (vnni or widen) else ""), Width(bits).isa + ("_vnni" if vnni else "")
+    name += ("_madd" if bits == 512 and not (vnni or widen) else "") + ("_nt" if stream else "")
+    return name, Width(bits).isa + ("_vnni" if vnni else "")
 
 
-def packer_kernel(path, columns: bool):
+def packer_kernel(path, columns: bool, nbytes: int = 0):
     """The kernel :class:`VnniPacker` runs for ``path``'s layout from rows of N (or
-    ``columns`` of K): 512-bit code for a 512-bit path where the CPU has AVX-512 (rows
-    2048 x 1000 on a Zen 4: the AVX2 kernels' 105 us -> 55), else 256-bit. A primitive
-    that will pack runtime weights asks for it at creation."""
+    ``columns`` of K) into ``nbytes`` of packed B: 512-bit code for a 512-bit path where
+    the CPU has AVX-512 (rows 2048 x 1000 on a Zen 4: the AVX2 kernels' 105 us -> 55),
+    else 256-bit; streaming stores where :func:`streams`. A primitive that will pack
+    runtime weights asks for it at creation."""
     from jit.pack_rows import Width
     from runtime.isa import cpu_supports
 
     widen = path.kind == "widen"
     bits = 512 if path.lanes == 16 and cpu_supports("avx512_core") else 256
-    return pack_kernel(columns, bits, widen, path.kind == "vnni" and bits == 512), Width(bits)
+    return pack_kernel(columns, bits, widen, path.kind == "vnni" and bits == 512, streams(bits, nbytes)), Width(bits)
+
+
+def packed_bytes(k: int, n: int, path, nr: int, items: int = 1) -> int:
+    """The bytes of ``items`` K x N weights packed for ``path`` in tiles of ``nr`` vectors
+    (the widening layout: s16, twice the VNNI one's)."""
+    tile_n = nr * path.lanes
+    return items * -(-n // tile_n) * tile_n * -(-k // 4) * 4 * (2 if path.kind == "widen" else 1)
+
+
+def streams(bits: int, nbytes: int) -> bool:
+    """Whether a packing kernel stores ``nbytes`` of packed B past the caches (VMOVNTDQ):
+    512-bit code (a store is a whole line), from 8 MB (``STREAM_BYTES``).
+
+    Zen 4 (L2 1 MB a core, L3 32 MB), GEMMs given B at the call, GOPS with regular /
+    streaming stores, one thread / two: 16 MB of B (64 x 4096 x 4096, 32 x 8192 x 2048)
+    333-343 / 357-368 and 241-256 / 286-293, two threads 648-663 / 682 and 506-519 /
+    527-555; 8 MB (64 x 4096 x 2048) 331 / 373, 667 / 700. Below, two threads lost (6 MB,
+    64 x 3072 x 2048: 779-800 / 708-718; 2 MB, 32 x 1000 x 2048: 744 / 522), the product
+    reading from memory what it had found in the caches. Measured on this CPU only."""
+    return bits == 512 and nbytes >= STREAM_BYTES
 
 
 def all_kernel_keys() -> list:
-    """(columns, bits, widen, vnni) of every packing kernel VnniPacker may run."""
-    return [(columns, bits, widen, vnni) for columns in (False, True)
+    """(columns, bits, widen, vnni, stream) of every packing kernel VnniPacker may run."""
+    return [(columns, bits, widen, vnni, stream) for columns in (False, True)
             for bits, widen, vnni in ((256, False, False), (256, True, False), (512, False, True), (512, False, False),
-                                      (512, True, False))]
+                                      (512, True, False))
+            for stream in ((False, True) if bits == 512 else (False,))]
 
 
 def vnni_packs(b) -> bool:
@@ -121,7 +157,8 @@ def pack_vnni(b_kn, path, nr: int):
 class VnniPacker:
     """Packs K x N s8 weights (or ``items`` of them, a batch) into the same ``PackedB``
     buffers, made once, on every call: runtime weights, whose kernel calls then keep
-    pointing at one B. One kernel call packs every item.
+    pointing at one B. One kernel call packs every item. ``stream`` (tests): streaming
+    stores, or not, whatever the size; None: as :func:`streams` decides.
 
     >>> import numpy as np
     >>> from jit.dot import fast_path
@@ -137,7 +174,7 @@ class VnniPacker:
     """
 
     def __init__(self, k: int, n: int, path, nr: int, items: int = 1, threads: int = 1,
-                 columns: bool = False) -> None:
+                 columns: bool = False, stream: bool | None = None) -> None:
         import numpy as np
 
         from jit.pack_rows import quarter_offsets
@@ -152,9 +189,11 @@ class VnniPacker:
         tile_n = nr * path.lanes
         tiles, groups = -(-n // tile_n), -(-k // 4)
         widen = path.kind == "widen"  # (two s16 pairs a group: twice the bytes)
+        size = packed_bytes(k, n, path, nr)
         # (the Kernel held, not only its function: its code stays mapped while a replay
         # or a bound call may still pack with this packer)
-        self._code, w = packer_kernel(path, columns)
+        self._code, w = packer_kernel(path, columns, items * size if stream is None else
+                                      (STREAM_BYTES if stream and path.lanes == 16 else 0))
         self._w = w
         self._unit_n = w.lanes if columns else w.chunk  # columns a pass: a quarter, or a chunk
         units = -(-n // self._unit_n)
@@ -162,7 +201,6 @@ class VnniPacker:
         # K in whole dwords); else a copy padded so.
         self._whole = (n, k if w.bits == 512 else groups * 4) if columns else (k, n if w.bits == 512 else -(-n // 4) * 4)
         self._padded = None  # that copy, where B is not so
-        size = tiles * tile_n * groups * 4 * (2 if widen else 1)
         data = aligned_zeros(items * size).reshape(items, size)  # (padding columns: zero, never written)
         # The kernels' sums (int32; PackedB's are int64), whole passes' (their padding included)
         self._sums = np.zeros((items, max(units * self._unit_n, tiles * tile_n)), np.int32)
@@ -200,7 +238,7 @@ class VnniPacker:
         for (i0, i1), (t0, t1) in ranges if self._code is not None else ():
             c0, c1 = t0 * unit_n, min(width, t1 * unit_n)  # columns
             chunks = -(-(c1 - c0) // unit_n)
-            args = ffi.new("struct i8j_pack_args *", dict(g, chunks=chunks, items=i1 - i0))
+            args = ffi.new("struct i8j_pack_args *", dict(g, chunks=chunks, items=i1 - i0, block_max=BLOCK))
             args.colsum = pointer_to(self._sums) + 4 * (i0 * self._sums.shape[1] + c0)
             args.dst = pointer_to(self._data) + i0 * g["dst_item"]  # (+ each quarter's offset)
             args.quarters = pointer_to(self._quarters) + 8 * (c0 // self._w.lanes)
@@ -281,9 +319,10 @@ class VnniPacker:
     def _point_parts(self, parts) -> None:
         base, strides = self._where
         item = strides[0] if self.items > 1 else 0
+        block = block_groups(strides[1])
         for i0, c0, args in parts:  # (a part's columns: its rows, when they are columns)
             args.src = base + i0 * item + (c0 * strides[1] if self.columns else c0)
-            args.ldb, args.src_item = strides[1], item
+            args.ldb, args.src_item, args.block_max = strides[1], item, block
 
     def item_call(self, i: int) -> tuple:
         """``(function, struct)``: a call that packs item ``i`` alone, every column, at
@@ -336,7 +375,7 @@ def _low_bits(count: int) -> int:
     return (1 << count) - 1 if count else -1
 
 
-def generate(columns: bool, bits: int, widen: bool = False, vnni: bool = False):
+def generate(columns: bool, bits: int, widen: bool = False, vnni: bool = False, stream: bool = False):
     """Generate a packing kernel's code (PeachPy); see :func:`pack_kernel`."""
     from jit import asm
     from jit.build import generate as build
@@ -344,6 +383,7 @@ def generate(columns: bool, bits: int, widen: bool = False, vnni: bool = False):
     from jit.pack_rows import Width, emit_rows
 
     argument = asm.Argument(asm.ptr(asm.uint8_t), "args")
-    name, isa = kernel_key(columns, bits, widen, vnni)
+    name, isa = kernel_key(columns, bits, widen, vnni, stream)
     emit = emit_columns if columns else emit_rows
-    return build(name, isa, SIGNATURE, (argument,), lambda: emit(argument, args_offsets(), Width(bits), widen, vnni))
+    return build(name, isa, SIGNATURE, (argument,),
+                 lambda: emit(argument, args_offsets(), Width(bits), widen, vnni, stream))

@@ -42,7 +42,7 @@ from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, 
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, restoring, view_maker
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
-from jit.pack_kernel import VnniPacker, packer_kernel, vnni_packs
+from jit.pack_kernel import VnniPacker, packed_bytes, packer_kernel, vnni_packs
 from jit.repoint import repoint_kernel, repointer
 from primitives.gemm import Choice, candidates, decide, gemm_kernel, pack_weights, runtime_choice
 from jit.dot import widening_path
@@ -223,7 +223,9 @@ class _GemmBasedDesc(PrimitiveDesc):
             for choice in choices:
                 self._kernel_for(choice)
             if layout is not None:  # runtime weights packed at every call: the packing kernel
-                packer_kernel(runtime_choice(self.isa, policy, N).path, layout == "columns")
+                runtime = runtime_choice(self.isa, policy, N)
+                items = weights_md.dims[0] if len(weights_md.dims) == 3 else 1
+                packer_kernel(runtime.path, layout == "columns", packed_bytes(K, N, runtime.path, runtime.nr, items))
         # The per-column vectors (scales, bias, ...) in whole tiles of the GEMM kernel's
         # and blocks of the in-place kernel's: their output stages read whole vectors.
         whole = math.lcm(self.fast.nr * self.fast.path.lanes, 64)

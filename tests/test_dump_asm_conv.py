@@ -94,12 +94,17 @@ def test_pack_kernels_listing():
              for layout, bits, sums, isa in (("vnni", 256, "", "avx2"), ("widen", 256, "", "avx2"),
                                              ("vnni", 512, "", "avx512_core_vnni"), ("vnni", 512, "_madd", "avx512_core"),
                                              ("widen", 512, "", "avx512_core"))]
+    names += [name.replace(" [", "_nt [") for name in names if "512" in name]  # (streaming stores)
     names.append("; column_term [avx2]")
     assert all(name in text for name in names), [name for name in names if name not in text]
     lower = text.lower()
     assert all(op in lower for op in ("vpermd zmm", "vpermd ymm", "vmovdqu8 zmm", "vpmaskmovd ymm", "vpdpbusd zmm",
                                       "vpmaddubsw zmm", "vpmovsxbw ymm", "vshufi64x2 zmm", "vperm2i128 ymm",
-                                      "vpermi2d zmm", "vpermt2d zmm"))
+                                      "vpermi2d zmm", "vpermt2d zmm", "vmovntdq [", "sfence"))
+    # Only the _nt kernels stream, and each ends its stores with an SFENCE.
+    for block in text.split("\n; ")[1:]:
+        streaming = block.split(" ", 1)[0].endswith("_nt")
+        assert ("vmovntdq" in block.lower()) == streaming == ("sfence" in block.lower()), block.split("\n", 1)[0]
 
 
 def test_copy_kernel_listing():

@@ -24,23 +24,25 @@ PATHS = [("avx512_core_vnni", None), ("avx512_core", None), ("avx2_vnni", None),
 
 @settings(max_examples=60, deadline=None)
 @given(k=st.integers(1, 90), n=st.integers(1, 150), nr=st.integers(1, 4), isa=st.sampled_from(PATHS),
-       layout=st.sampled_from(["kn", "nk", "strided"]), items=st.sampled_from([0, 1, 3]),
-       threads=st.sampled_from([1, 2, 3]), seed=st.integers(0, 2**31))
-def test_pack_equals_numpy(k, n, nr, isa, layout, items, threads, seed):
+       layout=st.sampled_from(["kn", "nk", "strided", "aliased"]), items=st.sampled_from([0, 1, 3]),
+       threads=st.sampled_from([1, 2, 3]), stream=st.booleans(), seed=st.integers(0, 2**31))
+def test_pack_equals_numpy(k, n, nr, isa, layout, items, threads, stream, seed):
     """Every byte of the packed B and every column sum equal gemm_pack.pack_b's, in the
     VNNI layout (which VPMADDUBSW reads too) and the widening path's, for any
     K (groups padded with zeros; more than a block of 16 groups too), any N (the last
     chunk's and tile's padding columns zero), B row-major, transposed (an inner
-    product's OC x K) or with gaps between rows, one matrix or a batch of them (items:
+    product's OC x K) or with gaps between rows (4096 bytes apart too: fewer groups a
+    sweep, jit.pack_rows.block_groups), one matrix or a batch of them (items:
     0 = a 2-D B) in one call, by 1-3 threads (ranges of tiles); packed twice into one
-    packer with new values."""
+    packer with new values; with streaming stores (512-bit kernels) and without."""
     path = path_for(*isa)
     rng = np.random.default_rng(seed)
-    packer = VnniPacker(k, n, path, nr, max(items, 1), threads, columns=layout == "nk")
+    packer = VnniPacker(k, n, path, nr, max(items, 1), threads, columns=layout == "nk", stream=stream)
     for _ in range(2):
         b = rng.integers(-128, 128, (max(items, 1), k, n)).astype(np.int8)
         view = {"kn": b, "nk": np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1),
-                "strided": np.pad(b, ((0, 0), (0, 0), (0, 5)))[:, :, :n]}[layout]
+                "strided": np.pad(b, ((0, 0), (0, 0), (0, 5)))[:, :, :n],
+                "aliased": np.pad(b, ((0, 0), (0, 0), (0, 4096 - n)))[:, :, :n]}[layout]
         got = packer(view) if items else [packer(view[0])]
         for i, pack in enumerate(got):
             want = pack_b(b[i], path, nr, (0, 0))
@@ -92,15 +94,17 @@ _GUARDED = [(512, layout, k, n, nr) for layout in ("vnni", "widen")
 
 
 @pytest.mark.parametrize("columns", [False, True])
-@pytest.mark.parametrize("bits,layout,k,n,nr", _GUARDED)
-def test_kernels_read_and_write_only_their_buffers(guarded, columns, bits, layout, k, n, nr):
+@pytest.mark.parametrize("bits,layout,k,n,nr,stream", [g + (False,) for g in _GUARDED] +
+                         [g + (True,) for g in _GUARDED if g[0] == 512])
+def test_kernels_read_and_write_only_their_buffers(guarded, columns, bits, layout, k, n, nr, stream):
     """The packing kernels (jit.pack_rows, jit.pack_columns) on B flush against a guard
     page (rows: the last chunk's masked loads; columns: the last block's), writing a
     packed B flush against another (rows: the last chunk's quarters past the tiles
     stored at the last real one; columns: the last block's groups only): every byte and
     sum as pack_b's, no padded copy. 512-bit: K % 4 rows, K % 64 bytes and N % 64 (16)
-    columns included; 256-bit (dword masks: K and N in whole dwords), the VNNI layout
-    and the widening one."""
+    columns included, with streaming stores too (VMOVNTDQ: each an aligned line, or it
+    faults); 256-bit (dword masks: K and N in whole dwords), the VNNI layout and the
+    widening one."""
     from jit.dot import widening_path
     from runtime.ffi import pointer_to
     from runtime.isa import cpu_supports
@@ -115,8 +119,8 @@ def test_kernels_read_and_write_only_their_buffers(guarded, columns, bits, layou
     raw = guarded(k * n, np.int8, "end")
     raw[...] = np.random.default_rng(k).integers(-128, 128, k * n)
     b = raw.reshape(n, k).T if columns else raw.reshape(k, n)
-    packer = VnniPacker(k, n, path, nr, columns=columns)
-    assert packer._w.bits == bits
+    packer = VnniPacker(k, n, path, nr, columns=columns, stream=stream)
+    assert packer._w.bits == bits and packer._code.name.endswith("_nt") == stream
     out = guarded(packer.packed.data.size, np.uint8, "end")
     packer._parts[0][2].dst = pointer_to(out)
     packer(b)
@@ -146,6 +150,29 @@ def test_item_calls_pack_one_item_each(columns, isa):
             assert np.array_equal(pack.data, pack_b(b[i], path, 2, (0, 0)).data), i
         view[...] = b[...] = rng.integers(-128, 128, b.shape)
         packer.refresh()
+
+
+@pytest.mark.parametrize("columns", [False, True])
+def test_a_big_packed_b_streams(columns):
+    """From 8 MB of packed B (jit.pack_kernel.streams) the 512-bit kernels store it past
+    the caches, below they do not; the 256-bit kernels never do; bit for bit either way."""
+    from jit.pack_kernel import STREAM_BYTES, packed_bytes, streams
+    from runtime.isa import cpu_supports
+
+    assert streams(512, STREAM_BYTES) and not streams(512, STREAM_BYTES - 1) and not streams(256, 1 << 40)
+    path = fast_path("avx512_core_vnni")
+    k, n = 2048, 4096
+    assert packed_bytes(k, n, path, 4) == STREAM_BYTES
+    rng = np.random.default_rng(5)
+    b = rng.integers(-128, 128, (n, k) if columns else (k, n)).astype(np.int8)
+    view = b.T if columns else b
+    big, small = VnniPacker(k, n, path, 4, columns=columns), VnniPacker(k, n - 64, path, 4, columns=columns)
+    bits = 512 if cpu_supports("avx512_core") else 256
+    assert big._code.name.endswith("_nt") == (bits == 512) and not small._code.name.endswith("_nt")
+    for packer, weights in ((big, view), (small, view[:, :n - 64])):
+        want = pack_b(np.ascontiguousarray(weights), path, 4, (0, 0))
+        got = packer(weights)
+        assert np.array_equal(got.data, want.data) and np.array_equal(got.colsum, want.colsum)
 
 
 def test_pack_vnni_refuses_a_wrong_shape():
