@@ -19,7 +19,7 @@ nothing past the packed B (its padding columns stay as they were: zero).
 A packed B too big to stay in the caches (:func:`streams`: 8 MB and more, on the
 512-bit kernels) is stored with VMOVNTDQ: its lines are not read before they are
 written, and it does not evict B itself (a 64 x 4096 x 4096 GEMM given B at the call, on
-a Zen 4: 333 -> 363 GOPS, one thread).
+a Zen 4: 333-343 -> 357-368 GOPS, one thread).
 
 Example::
 
@@ -188,12 +188,10 @@ class VnniPacker:
         self.k, self.n, self.items, self.columns = k, n, items, columns
         tile_n = nr * path.lanes
         tiles, groups = -(-n // tile_n), -(-k // 4)
-        widen = path.kind == "widen"  # (two s16 pairs a group: twice the bytes)
-        size = packed_bytes(k, n, path, nr)
+        size = packed_bytes(k, n, path, nr)  # (widened: two s16 pairs a group, twice the bytes)
         # (the Kernel held, not only its function: its code stays mapped while a replay
         # or a bound call may still pack with this packer)
-        self._code, w = packer_kernel(path, columns, items * size if stream is None else
-                                      (STREAM_BYTES if stream and path.lanes == 16 else 0))
+        self._code, w = packer_kernel(path, columns, items * size if stream is None else STREAM_BYTES * stream)
         self._w = w
         self._unit_n = w.lanes if columns else w.chunk  # columns a pass: a quarter, or a chunk
         units = -(-n // self._unit_n)

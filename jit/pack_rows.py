@@ -6,7 +6,8 @@ kernel reads: the VNNI one (a column's 4 K bytes a dword; VPMADDUBSW reads it to
 the widening path's (``widen``: the dword's two pairs as s16, in two rows of the
 group)::
 
-    for each block of 4 K groups (its rows span few pages), for each chunk of a
+    for each block of 4 K groups (2 where rows are 4096 * n bytes apart: its rows span
+    few pages and their lines fit the L1 sets), for each chunk of a
     vector's columns (64 / 32; the last one masked: past N loads as zero):
         for each K group of the block (the last group's missing 1-3 rows zero):
             r0..r3 = the group's rows, a vector of each
