@@ -16,8 +16,8 @@ They read B in place where they can (512-bit: byte masks; 256-bit: dword masks, 
 rows need N % 4 == 0 and columns K % 4 == 0, else the packer pads a copy) and write
 nothing past the packed B (its padding columns stay as they were: zero).
 
-A packed B too big to stay in the caches (:func:`streams`: 8 MB and more, on the
-512-bit kernels) is stored with VMOVNTDQ: its lines are not read before they are
+A packed B too big to stay in the caches (:func:`streams`: 8 MB and more, or a quarter
+of L3 where that is more, on the 512-bit kernels) is stored with VMOVNTDQ: its lines are not read before they are
 written, and it does not evict B itself (a 64 x 4096 x 4096 GEMM given B at the call, on
 a Zen 4: 333-343 -> 357-368 GOPS, one thread).
 
@@ -60,7 +60,7 @@ FIELDS = ("src", "dst", "colsum", "ldb", "groups", "chunks", "tile_bytes", "item
           "dst_item", "sums_item", "left", "block", "items_left", "item_src", "item_dst", "item_sums", "quarters",
           "last_mask", "k_rem", "blocks", "last_groups", "last_columns", "block_src", "block_off", "sums_at",
           "block_max")
-STREAM_BYTES = 8 << 20  # a packed B this big is stored past the caches (streams)
+STREAM_BYTES = 8 << 20  # a packed B this big (at least) is stored past the caches (stream_bytes)
 
 
 def args_offsets() -> dict[str, int]:
@@ -117,9 +117,18 @@ def packed_bytes(k: int, n: int, path, nr: int, items: int = 1) -> int:
     return items * -(-n // tile_n) * tile_n * -(-k // 4) * 4 * (2 if path.kind == "widen" else 1)
 
 
+def stream_bytes() -> int:
+    """The packed B from which the packing kernels stream (:func:`streams`): 8 MB
+    (``STREAM_BYTES``), a quarter of this Zen 4's 32 MB L3, or a quarter of a bigger L3
+    (one that may hold the packed B for the product; not measured)."""
+    from runtime.caches import data_caches
+
+    return max(STREAM_BYTES, data_caches().l3 // 4)
+
+
 def streams(bits: int, nbytes: int) -> bool:
     """Whether a packing kernel stores ``nbytes`` of packed B past the caches (VMOVNTDQ):
-    512-bit code (a store is a whole line), from 8 MB (``STREAM_BYTES``).
+    512-bit code (a store is a whole line), from :func:`stream_bytes`.
 
     Zen 4 (L2 1 MB a core, L3 32 MB), GEMMs given B at the call, GOPS with regular /
     streaming stores, one thread / two: 16 MB of B (64 x 4096 x 4096, 32 x 8192 x 2048)
@@ -127,7 +136,7 @@ def streams(bits: int, nbytes: int) -> bool:
     527-555; 8 MB (64 x 4096 x 2048) 331 / 373, 667 / 700. Below, two threads lost (6 MB,
     64 x 3072 x 2048: 779-800 / 708-718; 2 MB, 32 x 1000 x 2048: 744 / 522), the product
     reading from memory what it had found in the caches. Measured on this CPU only."""
-    return bits == 512 and nbytes >= STREAM_BYTES
+    return bits == 512 and nbytes >= stream_bytes()
 
 
 def all_kernel_keys() -> list:
@@ -191,7 +200,7 @@ class VnniPacker:
         size = packed_bytes(k, n, path, nr)  # (widened: two s16 pairs a group, twice the bytes)
         # (the Kernel held, not only its function: its code stays mapped while a replay
         # or a bound call may still pack with this packer)
-        self._code, w = packer_kernel(path, columns, items * size if stream is None else STREAM_BYTES * stream)
+        self._code, w = packer_kernel(path, columns, items * size if stream is None else stream_bytes() * stream)
         self._w = w
         self._unit_n = w.lanes if columns else w.chunk  # columns a pass: a quarter, or a chunk
         units = -(-n // self._unit_n)

@@ -25,12 +25,13 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 @dataclass(frozen=True)
 class DataCaches:
-    """Bytes of a core's L1 data cache and of its L2 (0 where there is none), and where
-    the figures came from."""
+    """Bytes of a core's L1 data cache and of its L2 (0 where there is none), where the
+    figures came from, and the L3 the core sees (0: none, or not described)."""
 
     l1d: int
     l2: int
     source: str
+    l3: int = 0
 
 
 DEFAULT = DataCaches(l1d=48 << 10, l2=2 << 20, source="default (no cache description found)")
@@ -46,7 +47,7 @@ def _size(text: str) -> int:
 
 def read(root: Path = SYSFS) -> DataCaches:
     """The caches described under ``root`` (sysfs's layout), or :data:`DEFAULT`."""
-    l1d = l2 = 0
+    l1d = l2 = l3 = 0
     try:
         for folder in sorted(root.glob("index*")):
             level = int((folder / "level").read_text())
@@ -56,11 +57,13 @@ def read(root: Path = SYSFS) -> DataCaches:
                 l1d = size
             elif level == 2 and kind in ("Data", "Unified"):
                 l2 = size
+            elif level == 3 and kind in ("Data", "Unified"):
+                l3 = size
     except (OSError, ValueError):
         return DEFAULT
     if not l1d:
         return DEFAULT
-    return DataCaches(l1d=l1d, l2=l2, source=str(root))
+    return DataCaches(l1d=l1d, l2=l2, source=str(root), l3=l3)
 
 
 @functools.lru_cache(maxsize=1)

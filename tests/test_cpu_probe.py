@@ -535,7 +535,7 @@ def test_caches_read_from_sysfs(tmp_path):
     root = _sysfs(tmp_path, [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
                              (3, "Unified", "32768K")])
     caches = read(root)
-    assert (caches.l1d, caches.l2, caches.source) == (32 << 10, 1 << 20, str(root))
+    assert (caches.l1d, caches.l2, caches.l3, caches.source) == (32 << 10, 1 << 20, 32 << 20, str(root))
 
 
 @pytest.mark.parametrize("broken", ["missing", "no_l1", "garbage"])
@@ -561,5 +561,6 @@ def test_conv_budgets_follow_the_caches():
 
 def test_cpu_probe_reports_the_caches():
     report = cpu_probe.collect()
-    assert set(report["caches"]) == {"l1d", "l2", "source"}
-    assert "L1 data" in cpu_probe.format_text(report)
+    assert set(report["caches"]) == {"l1d", "l2", "l3", "source"}
+    text = cpu_probe.format_text(report)
+    assert "L1 data" in text and ("L3" in text) == bool(report["caches"]["l3"])

@@ -153,13 +153,21 @@ def test_item_calls_pack_one_item_each(columns, isa):
 
 
 @pytest.mark.parametrize("columns", [False, True])
-def test_a_big_packed_b_streams(columns):
-    """From 8 MB of packed B (jit.pack_kernel.streams) the 512-bit kernels store it past
-    the caches, below they do not; the 256-bit kernels never do; bit for bit either way."""
-    from jit.pack_kernel import STREAM_BYTES, packed_bytes, streams
+def test_a_big_packed_b_streams(columns, monkeypatch):
+    """From 8 MB of packed B, or a quarter of L3 where that is more
+    (jit.pack_kernel.stream_bytes), the 512-bit kernels store it past the caches, below
+    they do not; the 256-bit kernels never do; bit for bit either way (here with the
+    threshold at 8 MB whatever this CPU's L3)."""
+    from jit import pack_kernel
+    from jit.pack_kernel import STREAM_BYTES, packed_bytes, stream_bytes, streams
+    from runtime import caches
     from runtime.isa import cpu_supports
 
-    assert streams(512, STREAM_BYTES) and not streams(512, STREAM_BYTES - 1) and not streams(256, 1 << 40)
+    for l3, want in ((0, STREAM_BYTES), (32 << 20, STREAM_BYTES), (96 << 20, 24 << 20)):
+        monkeypatch.setattr(caches, "data_caches", lambda l3=l3: caches.DataCaches(48 << 10, 2 << 20, "test", l3))
+        assert stream_bytes() == want
+        assert streams(512, want) and not streams(512, want - 1) and not streams(256, 1 << 40)
+    monkeypatch.setattr(pack_kernel, "stream_bytes", lambda: STREAM_BYTES)
     path = fast_path("avx512_core_vnni")
     k, n = 2048, 4096
     assert packed_bytes(k, n, path, 4) == STREAM_BYTES

@@ -172,7 +172,8 @@ def format_text(report: dict[str, Any]) -> str:
     lines.append(f"XCR0      {xcr0}  (CPU can save {cpu['xcr0_supported']})  OS saves: YMM {_yn(st['os_ymm'])},"
                  f" ZMM {_yn(st['os_zmm'])}, AMX tiles {_yn(st['os_amx'])}")
     caches = report["caches"]
-    lines.append(f"caches    L1 data {caches['l1d'] >> 10} KB, L2 {caches['l2'] >> 10} KB a core  ({caches['source']})")
+    l3 = f", L3 {caches['l3'] >> 20} MB" if caches["l3"] else ""
+    lines.append(f"caches    L1 data {caches['l1d'] >> 10} KB, L2 {caches['l2'] >> 10} KB a core{l3}  ({caches['source']})")
     lines.append("")
     lines.append(f"{'feature':<13} {'CPU':<4} {'OS state':<10} {'usable':<7}")
     for row in report["feature_table"]:
