@@ -35,7 +35,7 @@ Example::
 """
 from __future__ import annotations
 
-from jit.pack_rows import BLOCK, block_groups
+from jit.pack_rows import BLOCK, Width, block_groups, quarter_offsets
 from runtime.ffi import address_of, pointer_to, unowned
 
 ARGS_CDEF = """
@@ -89,8 +89,6 @@ def pack_kernel(columns: bool, bits: int, widen: bool = False, vnni: bool = Fals
 
 def kernel_key(columns: bool, bits: int, widen: bool = False, vnni: bool = False, stream: bool = False) -> tuple:
     """(name, ISA) of a packing kernel: the cache key and what dump-asm lists."""
-    from jit.pack_rows import Width
-
     name = "pack_b_" + ("widen" if widen else "vnni") + ("_columns" if columns else "_rows") + str(bits)
     name += ("_madd" if bits == 512 and not (vnni or widen) else "") + ("_nt" if stream else "")
     return name, Width(bits).isa + ("_vnni" if vnni else "")
@@ -102,7 +100,6 @@ def packer_kernel(path, columns: bool, nbytes: int = 0):
     the CPU has AVX-512 (rows 2048 x 1000 on a Zen 4: the AVX2 kernels' 105 us -> 55),
     else 256-bit; streaming stores where :func:`streams`. A primitive that will pack
     runtime weights asks for it at creation."""
-    from jit.pack_rows import Width
     from runtime.isa import cpu_supports
 
     widen = path.kind == "widen"
@@ -186,7 +183,6 @@ class VnniPacker:
                  columns: bool = False, stream: bool | None = None) -> None:
         import numpy as np
 
-        from jit.pack_rows import quarter_offsets
         from primitives.gemm_pack import PackedB
         from primitives.memory import aligned_zeros
         from runtime.pool import CallPlan
@@ -387,7 +383,7 @@ def generate(columns: bool, bits: int, widen: bool = False, vnni: bool = False, 
     from jit import asm
     from jit.build import generate as build
     from jit.pack_columns import emit_columns
-    from jit.pack_rows import Width, emit_rows
+    from jit.pack_rows import emit_rows
 
     argument = asm.Argument(asm.ptr(asm.uint8_t), "args")
     name, isa = kernel_key(columns, bits, widen, vnni, stream)
