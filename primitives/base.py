@@ -859,6 +859,10 @@ def _view_of(view, array) -> bool:
 
 _MATCHERS: dict = {}  # layout -> generated (matches, moved)
 _ref = weakref.ref
+# numpy's own test behind may_share_memory's dispatcher, which first looks for an
+# __array_function__ override: moved() passes it only exact ndarrays, which have none,
+# and an attention call's six overlap tests take 0.5 us, not 1 (numpy >= 1.25 has it).
+_may_share = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
 def _matcher(layout: tuple):
@@ -942,7 +946,7 @@ def _matcher(layout: tuple):
               f"    if {' or '.join(overlaps)}:\n"
               f"        return None\n"
               f"    return {{{', '.join(f'{e[0]!r}: {x}' for e, x in zip(layout, arrays))}}}, ({', '.join(fresh)},)\n")
-    namespace: dict = {"ndarray": np.ndarray, "Memory": Memory, "may": np.may_share_memory, "ref": _ref,
+    namespace: dict = {"ndarray": np.ndarray, "Memory": Memory, "may": _may_share, "ref": _ref,
                        "miss": object()}
     exec(compile(source, "<int8jit replay matcher>", "exec"), namespace)  # noqa: S102 - our own text
     made = _MATCHERS[layout] = namespace["matches"], namespace["moved"]
