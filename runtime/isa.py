@@ -49,6 +49,8 @@ class NoIsaPathError(IsaError):
 
 def check_name(name: str, argument: str = "isa") -> str:
     """Return the canonical ISA name or raise naming the valid ones."""
+    if type(name) is str and name in IMPLIES:  # (already canonical: one-off calls ask at every call)
+        return name
     canon = str(name).strip().lower()
     if canon not in LADDER:
         raise IsaError(f"{argument}: unknown ISA {name!r}; expected one of {', '.join(LADDER)}")
