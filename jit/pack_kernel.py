@@ -234,7 +234,7 @@ class VnniPacker:
     def _make_parts(self, ranges) -> list:
         """(first item, first column, struct) of a call per ((i0, i1), (t0, t1)): items
         [i0, i1), passes [t0, t1)."""
-        from runtime.ffi import ffi, pointer_to
+        from runtime.ffi import ffi
 
         parts, g, unit_n = [], self._geometry, self._unit_n
         width = self._whole[0] if self.columns else self._whole[1]  # the columns the kernel reads

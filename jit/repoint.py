@@ -2,7 +2,7 @@
 
 A replay's structs hold the addresses of the arrays its set-up was given (each struct's
 A and dst, a packing call's source), at fixed offsets past each array's first byte.
-New arrays of the same layouts (``primitives.base.Replay.moves``) change only those first
+New arrays of the same layouts (``primitives.replay.Replay.moves``) change only those first
 bytes. One call of this kernel writes every such field from a table made at set-up::
 
     *(int64 *) where[i] = bases[base[i]] + offset[i]        i < n

@@ -68,9 +68,10 @@ from jit.repoint import repoint_kernel, repointer
 from primitives import verbose
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, restoring, view_maker
+from primitives.base import Primitive, PrimitiveDesc, check_descs
 from primitives.checks import check_no_zero_dim
 from primitives.gemm import Choice, fast_path
+from primitives.replay import Replay, restoring, view_maker
 from primitives import conv_blocking as blocking
 from primitives.conv_blocking import b_tile_bytes, column_chunks, conv_tile, edges_pay, flat_tile_rows, strips_pay
 from primitives.conv_geometry import Geometry

@@ -68,9 +68,10 @@ from primitives import verbose
 from primitives.attr import BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.checks import check_disjoint, check_no_zero_dim
 from primitives.pipeline import dst_stage, output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay, keyed_slot, restoring, slot_key
+from primitives.base import Primitive, PrimitiveDesc, keyed_slot, slot_key
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, identity_tag, packed_desc
 from primitives.reference import wrap_int32
+from primitives.replay import Replay, restoring
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
@@ -564,7 +565,7 @@ class DepthwiseConv(Primitive):
         """Run the convolution on ``args``.
 
         Three routes, cheapest first: the same objects as this argument set's last call on
-        this thread (a :class:`~primitives.base.Replay`: identity, shape, dtype, the small
+        this thread (a :class:`~primitives.replay.Replay`: identity, shape, dtype, the small
         arguments' bytes, then the kernel call alone); dense ndarrays (and the packed
         weights Memory) of exactly the descriptor's shapes (and a user scratchpad, in that
         mode), checked here in fewer steps than :meth:`Primitive.execute`; anything else,
@@ -632,7 +633,7 @@ class DepthwiseConv(Primitive):
         """The replay of this fast-path call: the kernel on this thread's structs, which
         ``_run`` just pointed at these arrays and at the vectors made of these values
         (``local.held`` keeps those alive; on a user ``scratchpad``, which the replay
-        writes back first: :func:`~primitives.base.restoring`)."""
+        writes back first: :func:`~primitives.replay.restoring`)."""
         local = self._local.cur
         function, structs = local.held[0].function, local.structs
         run = partial(function, structs[0]) if len(structs) == 1 else self._call_plan(function, structs).run

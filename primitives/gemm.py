@@ -27,10 +27,11 @@ from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.output import OutputSpec, SumOp
 from jit.pack_kernel import VnniPacker, pack_vnni, vnni_packs
 from jit.repoint import repoint_kernel, repointer
-from primitives.base import Replay, in_force, kept_setup
+from primitives.base import in_force, kept_setup
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
 from primitives.reference import op
+from primitives.replay import Replay
 from runtime import isa as isa_mod
 from primitives.gemm_driver import (Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, shifts_s8_a_once,
                                     tuned_spec)
@@ -475,7 +476,7 @@ class Gemm:
 
         A call with the very arrays of the last one (the same objects, unchanged in shape,
         type and writability, co's values and the offsets the same) runs that call's
-        kernels again without checking and setting up (:class:`primitives.base.Replay`,
+        kernels again without checking and setting up (:class:`primitives.replay.Replay`,
         as a primitive's ``execute`` does): the kernels read the arrays' values as they
         are now, and B is packed again where the last call packed it. New arrays of the
         same shapes, types and strides (co's values the same, C over none of the others)
@@ -776,7 +777,7 @@ class Gemm:
 
 
 def _gemm_args(A, B, C, co) -> dict:
-    """A call's arrays by name, as :class:`primitives.base.Replay` records them."""
+    """A call's arrays by name, as :class:`primitives.replay.Replay` records them."""
     args = {"A": A, "C": C}
     if B is not None:
         args["B"] = B

@@ -40,7 +40,8 @@ import numpy as np
 
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
-from primitives.base import Primitive, PrimitiveDesc, Replay, check_descs, restoring, view_maker
+from primitives.base import Primitive, PrimitiveDesc, check_descs
+from primitives.replay import Replay, restoring, view_maker
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.pack_kernel import VnniPacker, packed_bytes, packer_kernel, vnni_packs
 from jit.repoint import repoint_kernel, repointer

@@ -60,9 +60,10 @@ import numpy as np
 from jit.dot import fast_path
 from jit.pooling_kernel import ARGS_CDEF, S16_WINDOW, SIGNATURE, UNROLLED, PoolKernelSpec
 from primitives.attr import Attr
-from primitives.base import Primitive, PrimitiveDesc, Replay, in_force, kept_setup
+from primitives.base import Primitive, PrimitiveDesc, in_force, kept_setup
 from primitives.checks import check_no_zero_dim
-from primitives.memory import Memory, MemoryDesc, desc
+from primitives.memory import MemoryDesc, desc
+from primitives.replay import Replay
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
@@ -312,7 +313,7 @@ def pooling_desc(alg, src_desc, dst_desc, strides, kernel, padding_l, padding_r,
 
 class Pooling(Primitive):
     """The pooling primitive: ``execute({"src": ..., "dst": ...})`` (ndarrays or Memory);
-    a repeated call with the same arrays replays (:class:`primitives.base.Replay`)."""
+    a repeated call with the same arrays replays (:class:`primitives.replay.Replay`)."""
 
     def __init__(self, pd: PoolingDesc):
         from jit import cache

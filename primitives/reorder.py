@@ -61,9 +61,10 @@ import numpy as np
 from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, SIGNATURE, ReorderKernelSpec, code_isa
 from primitives import reorder_ref
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
-from primitives.base import Primitive, PrimitiveDesc, Replay, in_force, kept_setup, view_maker
+from primitives.base import Primitive, PrimitiveDesc, in_force, kept_setup
 from primitives.checks import dtype_text
 from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc, identity_tag
+from primitives.replay import Replay, view_maker
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split

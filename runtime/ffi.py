@@ -97,7 +97,7 @@ def unowned(array):
     """An ndarray of ``array``'s shape, dtype and strides over the same memory that does
     not keep ``array`` (or what it views) alive: what a primitive keeps of a caller's
     tensor between calls, so that a replay never holds the caller's memory (it runs only
-    on arrays its test found alive, see ``primitives.base.Replay``). About 1 us.
+    on arrays its test found alive, see ``primitives.replay.Replay``). About 1 us.
 
     Example::
 

@@ -1,4 +1,4 @@
-"""Repeated executions: the replay of the last call (primitives.base.Replay) must give
+"""Repeated executions: the replay of the last call (primitives.replay.Replay) must give
 what the full path gives, and must not be taken when anything it set up from changed."""
 from __future__ import annotations
 
@@ -240,7 +240,7 @@ def test_layers_of_one_shape_each_replay(user, monkeypatch):
     keeps its own set-up (and library scratchpad) and replays, bit for bit. ``user``: the
     layers share one user scratchpad, where a layer's set-up undoes another's (per-column
     values, the padded source's zero point), so each replay writes its own back before
-    its kernels run (primitives.base.restoring)."""
+    its kernels run (primitives.replay.restoring)."""
     layers = _layers_of_one_shape(3, user=user)
     p = layers[0][0]
     want = [_fresh(p, args) for _, args in layers]  # (copies with the same weights: their slots)
@@ -828,7 +828,7 @@ def test_moved_replay_takes_the_full_path_when_it_must(monkeypatch):
 def test_view_maker_takes_a_new_array_as_the_view_was_taken():
     """view_maker: the transpose or reshape that made a view of an array, for a new array
     of the same layout; None for a copy or a view of other bytes."""
-    from primitives.base import view_maker
+    from primitives.replay import view_maker
 
     x = np.arange(2 * 3 * 4, dtype=np.int8).reshape(2, 3, 4)
     y = np.arange(100, 124, dtype=np.int8).reshape(2, 3, 4)

@@ -6,7 +6,7 @@ scratchpad), each result is
 what a primitive that kept nothing computes, and no call writes into another argument
 set's dst.
 
-The replays (``primitives.base.Replay``) make execute a state machine: per thread, the
+The replays (``primitives.replay.Replay``) make execute a state machine: per thread, the
 last replay and one per argument set, each either matched, moved to new arrays or set up
 again. The tests of ``test_replay`` and ``test_held_arrays`` walk the routes one at a
 time; here hypothesis draws the order. The oracle is a second primitive of the same
