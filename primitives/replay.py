@@ -33,27 +33,6 @@ if TYPE_CHECKING:
     from primitives.base import _ArgSpec
 
 
-def restoring(replay: "Replay | None", region: np.ndarray, restore_rest: Callable[[], None] | None = None
-              ) -> "Replay | None":
-    """``replay`` of a call on a user scratchpad, made to write back before each run what
-    its set-up left in ``region`` of that scratchpad (a copy taken now), and to call
-    ``restore_rest`` (a padded source's borders): another primitive, or another argument
-    set, may have set up there since. (A primitive whose replays do this in user mode says
-    so by ``restores_scratchpad``.)"""
-    if replay is None:
-        return None
-    saved, run = region.copy(), replay.run
-
-    def restore_and_run() -> None:
-        np.copyto(region, saved)
-        if restore_rest is not None:
-            restore_rest()
-        run()
-    restore_and_run.plan = getattr(run, "plan", None)  # (keeps what the calls point into alive, as run did)
-    replay.run = restore_and_run
-    return replay
-
-
 class Replay:
     """The last execution, ready to run again: what ``_execute`` may return.
 
@@ -316,3 +295,24 @@ def _matcher(layout: tuple):
     exec(compile(source, "<int8jit replay matcher>", "exec"), namespace)  # noqa: S102 - our own text
     made = _MATCHERS[layout] = namespace["matches"], namespace["moved"]
     return made
+
+
+def restoring(replay: "Replay | None", region: np.ndarray, restore_rest: Callable[[], None] | None = None
+              ) -> "Replay | None":
+    """``replay`` of a call on a user scratchpad, made to write back before each run what
+    its set-up left in ``region`` of that scratchpad (a copy taken now), and to call
+    ``restore_rest`` (a padded source's borders): another primitive, or another argument
+    set, may have set up there since. (A primitive whose replays do this in user mode says
+    so by ``restores_scratchpad``.)"""
+    if replay is None:
+        return None
+    saved, run = region.copy(), replay.run
+
+    def restore_and_run() -> None:
+        np.copyto(region, saved)
+        if restore_rest is not None:
+            restore_rest()
+        run()
+    restore_and_run.plan = getattr(run, "plan", None)  # (keeps what the calls point into alive, as run did)
+    replay.run = restore_and_run
+    return replay
