@@ -52,7 +52,6 @@ def column_term_kernel():
     """The kernel (generated once, then from the caches)."""
     from jit import cache
 
-    args_offsets()  # declares the struct for callers
     return cache.get_kernel(("column_term", ISA), generate)
 
 

@@ -53,7 +53,6 @@ def copy_kernel():
     """The row-copy kernel (generated once, then from the caches)."""
     from jit import cache
 
-    args_offsets()  # declares the struct for callers
     return cache.get_kernel(("copy_rows", ISA), generate)
 
 

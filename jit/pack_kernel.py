@@ -80,7 +80,6 @@ def pack_kernel(columns: bool, bits: int, widen: bool = False, vnni: bool = Fals
     only: :func:`streams`); generated once, then from the caches."""
     from jit import cache
 
-    args_offsets()  # declares the struct for callers
     if stream and bits != 512:
         raise ValueError("stream: streaming stores are the 512-bit kernels' (a whole line a store)")
     return cache.get_kernel(kernel_key(columns, bits, widen, vnni, stream),

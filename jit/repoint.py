@@ -53,7 +53,6 @@ def repoint_kernel():
     move ask for it when they are created, so that no execution makes it."""
     from jit import cache
 
-    args_offsets()  # declares the struct for callers
     return cache.get_kernel(("repoint", ISA), generate)
 
 

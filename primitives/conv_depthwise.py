@@ -73,12 +73,11 @@ from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, identity_
 from primitives.reference import wrap_int32
 from primitives.replay import Replay, restoring
 from runtime import isa as isa_mod
-from runtime.ffi import declare, ffi, pointer_to
+from runtime.ffi import declare, dense_pointer, ffi, pointer_to
 from runtime.pool import CallPlan
 from runtime.threads import resolve_threads, split
 
 declare(ARGS_CDEF, (SIGNATURE, "struct i8j_dw_args *"))
-_from_buffer = ffi.from_buffer
 
 _DST_TYPES = ("u8", "s8", "s32", "f32")
 _NHWC = "acdb"
@@ -828,7 +827,7 @@ class DepthwiseConv(Primitive):
         if len(structs) == 1 and not self.pd._binary:  # the common case, in fewest steps
             s = structs[0]
             # src and dst are dense (the descriptors' nhwc): cffi's buffer route always takes them
-            s.src0, s.dst0 = _from_buffer(src), _from_buffer(dst)
+            s.src0, s.dst0 = dense_pointer(src), dense_pointer(dst)
             params.function(s)
             return True
         self._point(structs, a)
@@ -839,7 +838,7 @@ class DepthwiseConv(Primitive):
         """The structs at the arrays of ``a`` (name -> ndarray): src, dst and the binary
         operands, whose base every chunk takes (the output stage adds the pixel's index,
         which counts from the chunk's pix0 already: an offset here would count it twice)."""
-        src_ptr, dst_ptr = _from_buffer(a[SRC]), _from_buffer(a[DST])
+        src_ptr, dst_ptr = dense_pointer(a[SRC]), dense_pointer(a[DST])
         binaries = [(i, pointer_to(a[post_op_src1(i)])) for i, _ in self.pd._binary]
         for s, (_, src_off, dst_off, _pix0) in zip(structs, self._chunks):
             s.src0, s.dst0 = src_ptr + src_off, dst_ptr + dst_off
