@@ -555,11 +555,10 @@ class Primitive:
         such a replay takes the full path instead. A library scratchpad is the thread's
         own, so its replays need none."""
         key = (scratchpad.__array_interface__["data"][0], slot_key(args))
-        owners, token = self._owners, object()
-        owners.pop(key, None)
-        if len(owners) >= _SLOTS:  # (a new scratchpad at every call: not all kept; a dropped key's replays set up again)
-            owners.pop(next(iter(owners)), None)
-        owners[key] = token
+        owners = self._owners
+        owners.pop(key, None)  # (a new token, at the newest end)
+        # (a new scratchpad at every call: not all kept; a dropped key's replays set up again)
+        token = keyed_slot(owners, key, object)
         return lambda: owners.get(key) is token
 
     def _forget_replays(self) -> None:
