@@ -72,7 +72,7 @@ from primitives.attr import (BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Attr, check_sc
                              check_zero_points, expected_count)
 from primitives.checks import check_disjoint
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc, identity_tag
-from primitives.replay import Replay
+from primitives.replay import Replay, guard_code
 from runtime.ffi import unowned
 from runtime.isa import planning_isa
 from runtime.pool import prepare_single_runs
@@ -333,6 +333,7 @@ class Primitive:
         # see _claim.
         self._owners: dict = {}
         self.last_exec_ms: float | None = None
+        guard_code()  # (made now, not at a first execution: its replay's guard, see primitives.replay)
 
     @property
     def kind(self) -> str:
@@ -537,7 +538,7 @@ class Primitive:
                   slot: "_Slot | None" = None, scratchpad: np.ndarray | None = None) -> "Replay | None":
         if isinstance(replay, Replay) and type(args) is dict and replay.record(args, mem, spec):
             if spec.user_scratchpad and scratchpad is not None:
-                replay.valid = self._claim(scratchpad, args)
+                replay.claim(self._claim(scratchpad, args))
             (slot or self._slot(args)).replay = replay
             if slot is None:  # (a bound call's slot is its own: execute never runs its replay)
                 self._local.last = replay

@@ -71,7 +71,7 @@ from primitives.pipeline import dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, keyed_slot, slot_key
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, identity_tag, packed_desc
 from primitives.reference import wrap_int32
-from primitives.replay import Replay, restoring
+from primitives.replay import Replay, pointing, restoring
 from runtime import isa as isa_mod
 from runtime.ffi import declare, dense_pointer, ffi, pointer_to
 from runtime.pool import CallPlan
@@ -636,7 +636,13 @@ class DepthwiseConv(Primitive):
         local = self._local.cur
         function, structs = local.held[0].function, local.structs
         run = partial(function, structs[0]) if len(structs) == 1 else self._call_plan(function, structs).run
-        replay = Replay(run, move=lambda arrays: self._point(structs, arrays))
+        move = lambda arrays: self._point(structs, arrays)  # noqa: E731
+        if not self.pd._binary:  # (src and dst alone: a guard may move it)
+            move = pointing(move, [(s, field, base, offset)
+                                   for s, (_, src_off, dst_off, _pix0) in zip(structs, self._chunks)
+                                   for field, base, offset in (("src0", 0, src_off), ("dst0", 1, dst_off))],
+                            (SRC, DST))
+        replay = Replay(run, move=move)
         if replay.remember(args, self._by_value, (DST,)):
             local.replay = replay if scratchpad is None else restoring(replay, scratchpad)
 

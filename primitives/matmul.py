@@ -41,7 +41,7 @@ import numpy as np
 from primitives.attr import BIAS, DST, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
 from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, check_descs
-from primitives.replay import Replay, restoring, view_maker
+from primitives.replay import Replay, pointing, restoring, view_maker
 from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.pack_kernel import VnniPacker, packed_bytes, packer_kernel, vnni_packs
 from jit.repoint import repoint_kernel, repointer
@@ -671,6 +671,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             if pd._binary:
                 for b, (plan, _) in enumerate(runs):
                     self._point_binaries(plan, arrays, b)
+        if packer is None and not chunked and not pd._binary:  # (addresses alone: a guard may move it)
+            return pointing(move, entries, (SRC, DST, WEIGHTS) if in_place else (SRC, DST))
         return move
 
     def _replay(self, runs: list, keep: list, packed_weights: bool, together: CallPlan | None = None

@@ -63,7 +63,7 @@ from primitives.attr import Attr
 from primitives.base import Primitive, PrimitiveDesc, in_force, kept_setup
 from primitives.checks import check_no_zero_dim
 from primitives.memory import MemoryDesc, desc
-from primitives.replay import Replay
+from primitives.replay import Replay, pointing
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.pool import CallPlan
@@ -338,7 +338,8 @@ class Pooling(Primitive):
         if self._route != "nchw_transpose":  # (src and dst apart: checked by execute)
             run = self._calls(src, dst)  # the same arrays next time: checked already
             run()
-            return Replay(run, move=lambda arrays: self._point(run, arrays[SRC], arrays[DST]))
+            return Replay(run, move=pointing(lambda arrays: self._point(run, arrays[SRC], arrays[DST]),
+                                             self._entries(run), (SRC, DST)))
         self._pool(src, dst)
         return Replay(lambda: self._pool(src, dst))
 
@@ -395,6 +396,11 @@ class Pooling(Primitive):
         run.structs = [c[0][1] for c in calls]
         self._point(run, src, dst)
         return run
+
+    def _entries(self, run) -> list:
+        """What :meth:`_point` writes, as :func:`~primitives.replay.pointing` takes it."""
+        return [(s, field, base, offset) for s, (_, src_off, dst_off) in zip(run.structs, self._chunks)
+                for field, base, offset in (("src", 0, src_off), ("dst", 1, dst_off))]
 
     def _point(self, run, src: np.ndarray, dst: np.ndarray) -> None:
         """``run``'s structs (:meth:`_calls`) at ``src`` and ``dst``: a replay moved to new

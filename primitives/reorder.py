@@ -64,7 +64,7 @@ from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mas
 from primitives.base import Primitive, PrimitiveDesc, in_force, kept_setup
 from primitives.checks import dtype_text
 from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc, identity_tag
-from primitives.replay import Replay, view_maker
+from primitives.replay import Replay, pointing, view_maker
 from runtime import isa as isa_mod
 from runtime.ffi import declare, ffi, pointer_to
 from runtime.threads import resolve_threads, run_chunks, split
@@ -343,7 +343,10 @@ class Reorder(Primitive):
         run = functools.partial(run_chunks, self._kernel.function, structs)
         run.tables = tables  # the structs hold raw addresses into these
         run()
-        return Replay(run, move=lambda arrays: point(arrays[SRC], arrays[DST]))
+        return Replay(run, move=pointing(lambda arrays: point(arrays[SRC], arrays[DST]),
+                                         [(s, field, base, offset) for s, (s_off, d_off) in zip(structs, offsets)
+                                          for field, base, offset in (("src", 0, s_off), ("dst", 1, d_off))],
+                                         (SRC, DST)))
 
     def _execute_packed(self, src: Memory, dst: Memory, values: dict) -> None:
         inner = self._inner

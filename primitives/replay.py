@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from jit.guard import Guard, guard_kernel, layout_ok
 from primitives.attr import SCRATCHPAD
 from primitives.memory import Memory
+from runtime.ffi import ffi
 
 if TYPE_CHECKING:
     from primitives.base import _ArgSpec
@@ -73,7 +75,7 @@ class Replay:
     scratchpad are held as given.
     """
 
-    __slots__ = ("run", "by_value", "move", "check", "valid", "_record", "_matches", "_moved", "_views")
+    __slots__ = ("run", "by_value", "move", "check", "valid", "_record", "_matches", "_moved", "_views", "_guard")
 
     def __init__(self, run, by_value: tuple[str, ...] = (), move=None, check=None) -> None:
         self.run = run
@@ -84,6 +86,7 @@ class Replay:
         self._record: tuple = ()
         self._matches = self._moved = None
         self._views: tuple = ()  # (name, view_maker()): arguments the set-up took as a view
+        self._guard = None  # or both routes in one kernel call (_guarded)
 
     def record(self, args: dict, mem: dict, spec: "_ArgSpec") -> bool:
         """Remember ``args`` (``mem``: what ``_execute`` got) as the call this replay repeats;
@@ -130,10 +133,23 @@ class Replay:
                 record.append(array.tobytes())
         self._record = tuple(record)
         self._matches, self._moved = _matcher(tuple(layout))
+        points = getattr(self.move, "points", None)
+        self._guard = _guarded(args, layout, points) if points is not None and self.check is None \
+            and self.valid is None else None
         return True
 
+    def claim(self, valid: Callable[[], bool]) -> None:
+        """Set :attr:`valid` (a call on a user scratchpad, see the class docstring): both
+        routes test it at every call, in Python."""
+        self.valid, self._guard = valid, None
+
     def matches(self, args: dict) -> bool:
-        """``args`` holds the recorded objects, unchanged (see the class docstring)."""
+        """``args`` holds the recorded objects, unchanged (see the class docstring); or,
+        for a replay with a guard (:func:`_guarded`), arrays laid out alike, which the
+        guard has pointed the replay at."""
+        guard = self._guard
+        if guard is not None:
+            return guard(args)
         return self._matches is not None and self._matches(args, self._record) \
             and (self.check is None or self._checked(args)) and (self.valid is None or self.valid())
 
@@ -295,6 +311,80 @@ def _matcher(layout: tuple):
     exec(compile(source, "<int8jit replay matcher>", "exec"), namespace)  # noqa: S102 - our own text
     made = _MATCHERS[layout] = namespace["matches"], namespace["moved"]
     return made
+
+
+def guard_code():
+    """The guards' kernel (``jit.guard``), where this process has guards, else None: a
+    primitive asks for it when created, so that no execution makes it."""
+    return guard_kernel() if layout_ok() else None
+
+
+def pointing(move: Callable[[dict], None], entries: list, bases: tuple[str, ...]) -> Callable[[dict], None]:
+    """``move`` (a replay's, see :class:`Replay`), said to write nothing but ``entries``:
+    (struct, field, which base, offset) fields, each the first byte of the argument named
+    ``bases[base]`` plus the offset, as ``jit.repoint.repointer`` takes them. Such a
+    replay gets a guard (:func:`_guarded`) that tests a call and moves it in one kernel
+    call. Returns ``move``, marked."""
+    move.points = list(entries), tuple(bases)
+    return move
+
+
+def _guarded(args: dict, layout: tuple, points: tuple):
+    """Both of a replay's routes in one kernel call (``jit.guard``), where its move only
+    writes addresses into structs: ``points`` = (entries, bases), the entries (struct,
+    field, which base, offset) of ``jit.repoint.repointer`` and the names of the arguments
+    whose first bytes the bases are. The function returned takes a call's ``args`` and
+    says whether they are laid out as ``args`` (the recorded call; ``layout`` as
+    :func:`_matcher` takes it) are, having pointed the structs at them, or says False
+    with nothing done: what :meth:`Replay.moves` tests and does, and the held arguments'
+    identities in Python (8.7 -> x us a call of 12 heads' decode with new arrays).
+
+    None (the replay tests in Python) where this process has no guards
+    (``jit.guard.layout_ok``), or an argument is a Memory the call may replace (the guard
+    reads ndarrays), a by-value one is no dense ndarray or a Memory, or there is a user
+    scratchpad."""
+    entries, bases = points
+    if len(layout) < 2 or not layout_ok() or any(type(args.get(name)) is not np.ndarray for name in bases):
+        return None
+    names = tuple(name for name, *_ in layout)
+    checks, held, regions, outputs, tests = [], [], [], [], []
+    for pos, (name, memory, by_value, output, movable, weak) in enumerate(layout):
+        value = args[name]
+        if name == SCRATCHPAD or memory and (weak or by_value) or not memory and not weak:
+            return None
+        if memory:  # (held: the same object at every call, as matches() tests it)
+            held += [value, value.array, value.payload, value.array.shape, value.array.dtype]
+            o, a, p, s, t = (f"{x}{pos}" for x in "oapst")
+            tests.append(f"(v := t[{pos}]) is not {o} or v.array is not {a} or v.payload is not {p} "
+                         f"or {a}.shape != {s} or {a}.dtype is not {t}")
+            regions.append((None, value.array))
+            continue
+        if by_value and not value.flags.c_contiguous:
+            return None
+        checks.append((pos, value, output, value.tobytes() if by_value else None))
+        regions.append((pos, value))
+        if output:
+            outputs.append(pos)
+    pairs = [(regions[j], regions[i]) for j in outputs for i in range(len(layout)) if i != j]
+    guard = Guard(len(names), checks, pairs,
+                  [(ffi.addressof(struct, field), names.index(bases[base]), offset)
+                   for struct, field, base, offset in entries], keep=[entry[0] for entry in entries])
+    held_names = [f"{x}{pos}" for pos, (_, memory, *_) in enumerate(layout) if memory for x in "oapst"]
+    source = (f"def guard(args):\n"
+              f"    if len(args) != {len(names)}:\n"
+              f"        return False\n"
+              f"    try:\n"
+              f"        t = pick(args)\n"
+              f"    except KeyError:\n"
+              f"        return False\n"
+              + "".join(f"    if {test}:\n        return False\n" for test in tests) +
+              f"    return call(table, id(t)) == 1\n")
+    namespace = {"pick": operator.itemgetter(*names), "call": guard.function, "table": guard.args,
+                 **dict(zip(held_names, held))}
+    exec(compile(source, "<int8jit replay guard>", "exec"), namespace)  # noqa: S102 - our own text
+    function = namespace["guard"]
+    function.guard = guard  # (its tables, and the structs' owners, live as long as the function)
+    return function
 
 
 def restoring(replay: "Replay | None", region: np.ndarray, restore_rest: Callable[[], None] | None = None

@@ -60,6 +60,7 @@ KERNELS = {
     "pack": "the kernels packing B, from rows and from columns, VNNI and widened (jit.pack_kernel, pack_rows, pack_columns)",
     "gemv": "the kernel reading runtime weights in place, a few rows (jit.gemv_kernel)",
     "repoint": "the kernel that points a replay's structs at new arrays (jit.repoint)",
+    "guard": "the kernel that tests a call's arrays against a replay's and points it at them (jit.guard)",
 }
 
 
@@ -288,6 +289,14 @@ def _repoint(args, isa: str):
             "it)"], [repoint_kernel()]
 
 
+def _guard(args, isa: str):
+    from jit.guard import ISA, guard_kernel
+
+    return [f"a replay's test of a call's arrays (type, dtype, shape, strides, writability, the values read at "
+            f"set-up, the outputs' overlaps), then its struct fields written as repoint's ({ISA}: every ISA path "
+            f"runs it)"], [guard_kernel()]
+
+
 def _gemv(args, isa: str):
     """The in-place kernel of a batch-1 inner product 2048 -> 1000 with plain weights on
     ``isa``: its output stage made by ``output_plan``, as the descriptor makes it (no
@@ -350,7 +359,7 @@ def run(argv: Sequence[str] | None = None, out=None) -> int:
     isa = _isa(args.isa)
     header, kernels = {"demo": _demo, "peak": _peak, "gemm": _gemm, "conv": _conv, "pool": _pool,
                        "copy": _copy, "pack": _pack, "gemv": _gemv,
-                       "repoint": _repoint}[args.kernel](args, isa)
+                       "repoint": _repoint, "guard": _guard}[args.kernel](args, isa)
     text = render(kernels, header, args.syntax)
     if args.output:
         with open(args.output, "w") as f:
