@@ -218,6 +218,7 @@ class VnniPacker:
                               sums_item=4 * self._sums.shape[1])
         self._data = data
         self._where = None  # (the address, not the array: the caller's arrays are its own to keep)
+        self._guarded = False  # (guard_entries: a guard may have moved the calls since _where)
         # Threads take ranges of whole passes (of every item: their columns, packed bytes
         # and sums) or, with fewer tiles than threads, ranges of a batch's items
         # (attention's heads: 64 columns, one tile, 12 items).
@@ -285,7 +286,7 @@ class VnniPacker:
             self._padded[:, :rows, :width] = src
             src = self._padded
         where = (address_of(src), src.strides)  # (a new view of the same bytes each call: the same)
-        if where != self._where:
+        if where != self._where or self._guarded:
             self._where = where
             for parts in (self._parts, self._item_parts or ()):
                 self._point_parts(parts)
@@ -309,14 +310,29 @@ class VnniPacker:
                 state[0] = self._where
                 return
             if state[1] is not self._item_parts:
-                strides = where[1]
-                item = strides[0] if self.items > 1 else 0
-                state[1:] = self._item_parts, repointer(
-                    [(args, "src", 0, i0 * item + (c0 * strides[1] if self.columns else c0))
-                     for parts in (self._parts, self._item_parts or ()) for i0, c0, args in parts], 1)
+                state[1:] = self._item_parts, repointer(self._source_entries(0, 0), 1)
             state[2](base)
             self._where = state[0] = (base, where[1])
         return move
+
+    def guard_entries(self, base: int, shift: int) -> list | None:
+        """The fields that point the calls at B, as ``primitives.replay.pointing`` takes
+        them: (struct, field, ``base``, offset), the view the last :meth:`point` took
+        starting ``shift`` bytes past the array ``base`` names. None where the calls read a
+        padded copy (which only :meth:`point` makes again), or nothing was pointed yet.
+        From then on :meth:`point` points every call (a guard writes them without it)."""
+        if self._where is None or self._copy_from is not None:
+            return None
+        self._guarded = True
+        return self._source_entries(base, shift)
+
+    def _source_entries(self, base: int, shift: int) -> list:
+        """(struct, "src", ``base``, offset) of every call, the offsets past the view the
+        last :meth:`point` took, plus ``shift``."""
+        strides = self._where[1]
+        item = strides[0] if self.items > 1 else 0
+        return [(args, "src", base, shift + i0 * item + (c0 * strides[1] if self.columns else c0))
+                for parts in (self._parts, self._item_parts or ()) for i0, c0, args in parts]
 
     def _point_parts(self, parts) -> None:
         base, strides = self._where

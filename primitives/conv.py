@@ -71,7 +71,7 @@ from primitives.pipeline import column_compensation, dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, check_descs
 from primitives.checks import check_no_zero_dim
 from primitives.gemm import Choice, fast_path
-from primitives.replay import Replay, restoring, view_maker
+from primitives.replay import Replay, pointing, restoring, view_maker
 from primitives import conv_blocking as blocking
 from primitives.conv_blocking import b_tile_bytes, column_chunks, conv_tile, edges_pay, flat_tile_rows, strips_pay
 from primitives.conv_geometry import Geometry
@@ -581,6 +581,7 @@ class _Convolution(GemmKernels, Primitive):
         a_is_src, rows_is_src = a is src.array, rows_src is src.array
         # What the set-up took of the source and dst, taken of new arrays the same way
         # (view_maker; else through a Memory of each, as above).
+        same_start = a_is_src or rows_is_src or view_maker(x, src.array) is not None  # (x: src's first byte)
         pixels = None if a_is_src or rows_is_src else \
             view_maker(x, src.array) or (lambda s: self._pixels(Memory.trusted(src.desc, s)))
         logical = None if c_nhwc is None else \
@@ -592,10 +593,10 @@ class _Convolution(GemmKernels, Primitive):
         plain = copy_source is None and logical is None and not pd._binary
         if plain:
             items = plan["items"]
-            point = repointer([(s, "a", 0, a_off) for s, base, a_off, *_ in items if a_is_src and base == 0] +
-                              [(s, "c", 1, c_off) for s, _, _, c_off, *_ in items] +
-                              [(args, "src", 0, offset) for args, offset in plan["source_reads"]
-                               if rows_src is not None], 2)
+            entries = [(s, "a", 0, a_off) for s, base, a_off, *_ in items if a_is_src and base == 0] + \
+                [(s, "c", 1, c_off) for s, _, _, c_off, *_ in items] + \
+                [(args, "src", 0, offset) for args, offset in plan["source_reads"] if rows_src is not None]
+            point = repointer(entries, 2)
 
         def move(arrays: dict) -> None:  # (Replay.moves: new arrays of the same layouts, as set up above)
             nonlocal copy_source, dst_logical
@@ -616,6 +617,9 @@ class _Convolution(GemmKernels, Primitive):
                                       dst.desc) if pd._binary else ()
             self._aim(plan, x if a_is_src else a, c if c_nhwc is not None else arrays[DST],
                       None if rows_src is None else x, sp, None, binaries)
+        if plain and same_start:  # (addresses alone: a guard may move it; _aim then re-points every read)
+            plan["guarded"] = True
+            move = pointing(move, entries, (SRC, DST))
         replay = Replay(run, by_value=(BIAS,), move=move, check=check)
         if kept:
             return replay
@@ -665,7 +669,9 @@ class _Convolution(GemmKernels, Primitive):
         ``rows_src``, and the binary operands' pointers; and the dst scale's inverse
         (None: as it is, for a replay moved to new arrays)."""
         OC = self.pd.geometry.groups * self.pd.geometry.ocg
-        if rows_src is not None and plan["source_at"] != pointer_to(rows_src):  # another source array
+        # (another source array; or a replay's guard may have moved the reads, leaving
+        # source_at behind)
+        if rows_src is not None and (plan["source_at"] != pointer_to(rows_src) or plan["guarded"]):
             base = plan["source_at"] = address_of(rows_src)
             for args, offset in plan["source_reads"]:  # the row copies' reads of it
                 args.src = base + offset
@@ -804,7 +810,7 @@ class _Convolution(GemmKernels, Primitive):
                             all_items.append((s, base, a_off + first * a_outer + grp * g.icgp,
                                               c_off + first * c_outer + col0 * dbytes, col0, r0, pitch))
         plan = {"items": all_items, "calls": CallPlan(per_thread), "keep": keep, "source_reads": reads,
-                "source_at": None}
+                "source_at": None, "guarded": False}
         if len(self._plans) > 8:
             self._plans.clear()
         self._plans[key] = plan

@@ -31,7 +31,7 @@ from primitives.base import in_force, kept_setup
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
 from primitives.reference import op
-from primitives.replay import Replay
+from primitives.replay import Replay, pointing
 from runtime import isa as isa_mod
 from primitives.gemm_driver import (Operand, OutputArgs, Plan, kernel_of, make_plan, point, run, shifts_s8_a_once,
                                     tuned_spec)
@@ -599,8 +599,9 @@ class Gemm:
         # arrays' first bytes plus what they were past these ones: jit.repoint's table; B's
         # view is addressed from B, and made only where the packer falls back to point():
         # 128^3 one-off with new arrays, 18.4 -> 17.2 us a call.)
-        point_ac = repointer([(s, "a", 0, a_off) for s, (a_off, _) in zip(plan.structs, plan.offsets)] +
-                             [(s, "c", 1, c_off) for s, (_, c_off) in zip(plan.structs, plan.offsets)], 2)
+        entries = [(s, "a", 0, a_off) for s, (a_off, _) in zip(plan.structs, plan.offsets)] + \
+            [(s, "c", 1, c_off) for s, (_, c_off) in zip(plan.structs, plan.offsets)]
+        point_ac = repointer(entries, 2)
         repoint = packer.mover() if packer is not None else None
         b_shift = self._b_kn(B).ctypes.data - B.ctypes.data if packer is not None else 0
 
@@ -611,6 +612,11 @@ class Gemm:
             if shifted is not None:
                 view = rows_of(unowned(arrays["A"]))
             point_ac(pointer_to(arrays["A"] if shifted is None else shifted), pointer_to(arrays["C"]))
+        # (addresses alone, where A is read as it is and B's packing reads B in place: a
+        # guard may move it; 128^3 one-off with new arrays x -> y us a call)
+        b_entries = [] if packer is None else packer.guard_entries(2, b_shift)
+        if shifted is None and b_entries is not None:
+            move = pointing(move, entries + b_entries, ("A", "C", "B") if packer is not None else ("A", "C"))
         return again, move
 
     def _packing_plan(self, packer: VnniPacker, plan: Plan, term: tuple | None = None) -> CallPlan | None:
