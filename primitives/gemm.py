@@ -613,9 +613,9 @@ class Gemm:
                 view = rows_of(unowned(arrays["A"]))
             point_ac(pointer_to(arrays["A"] if shifted is None else shifted), pointer_to(arrays["C"]))
         # (addresses alone, where A is read as it is and B's packing reads B in place: a
-        # guard may move it; 128^3 one-off with new arrays x -> y us a call)
-        b_entries = [] if packer is None else packer.guard_entries(2, b_shift)
-        if shifted is None and b_entries is not None:
+        # guard may move it; 128^3 one-off with new arrays 17.0 -> 13.3 us a call)
+        b_entries = None if shifted is not None else [] if packer is None else packer.guard_entries(2, b_shift)
+        if b_entries is not None:
             move = pointing(move, entries + b_entries, ("A", "C", "B") if packer is not None else ("A", "C"))
         return again, move
 
