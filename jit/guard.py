@@ -204,6 +204,7 @@ def _emit(argument, items) -> None:
     from jit.asm import (ADD, AND, CMP, JAE, JB, JMP, JNE, JNZ, JZ, LABEL, LEA, MOV, MOVSXD, MOVZX, SHL, SUB, TEST,
                          XOR, Label, bl, byte, dword, eax, ebx, r8, r9, r9d, r10, r11, r12, r13, rax, rbx, rcx, rdi,
                          rdx, rsi)
+    from jit.repoint import emit_writes
 
     off = args_offsets()
     asm.LOAD.ARGUMENT(rdi, argument)
@@ -325,22 +326,10 @@ def _emit(argument, items) -> None:
     JNZ(pair)
     LABEL(pairs_done)
 
-    # Every test held: the fields.
+    # Every test held: the fields, as jit.repoint writes them (the items' data for bases).
     MOV(r10, [rdi + off["points"]])
     MOV(rcx, [rdi + off["n_points"]])
-    points_done, point = Label(), Label()
-    TEST(rcx, rcx)
-    JZ(points_done)
-    LABEL(point)
-    MOV(r8, [r10])  # where
-    MOV(r9, [r10 + 8])  # which position
-    MOV(r9, [rdx + r9 * 8])
-    ADD(r9, [r10 + 16])  # + the offset
-    MOV([r8], r9)
-    ADD(r10, 24)
-    SUB(rcx, 1)
-    JNZ(point)
-    LABEL(points_done)
+    emit_writes(r10, rcx, rdx)
     MOV(eax, 1)
     JMP(done)
     LABEL(fail)

@@ -122,24 +122,33 @@ def generate():
 
 def _emit(argument) -> None:
     from jit import asm
-    from jit.asm import ADD, JNZ, JZ, LABEL, MOV, SUB, TEST, Label, r8, r9, rcx, rdi, rdx, rsi
+    from jit.asm import MOV, rcx, rdi, rdx, rsi
 
     off = args_offsets()
     asm.LOAD.ARGUMENT(rdi, argument)
     MOV(rsi, [rdi + off["table"]])
     MOV(rdx, [rdi + off["bases"]])
     MOV(rcx, [rdi + off["n"]])
+    emit_writes(rsi, rcx, rdx)
+    asm.RETURN()
+
+
+def emit_writes(table, count, bases) -> None:
+    """The loop both this kernel and ``jit.guard``'s end with: ``count`` entries (where,
+    which base, offset) from ``table``, each ``*where = bases[base] + offset``; it uses
+    r8 and r9, and leaves ``table`` past the last entry and ``count`` at 0."""
+    from jit.asm import ADD, JNZ, JZ, LABEL, MOV, SUB, TEST, Label, r8, r9
+
     entry, done = Label(), Label()
-    TEST(rcx, rcx)
+    TEST(count, count)
     JZ(done)
     LABEL(entry)
-    MOV(r8, [rsi])  # where
-    MOV(r9, [rsi + 8])  # which base
-    MOV(r9, [rdx + r9 * 8])
-    ADD(r9, [rsi + 16])  # + the offset
+    MOV(r8, [table])  # where
+    MOV(r9, [table + 8])  # which base
+    MOV(r9, [bases + r9 * 8])
+    ADD(r9, [table + 16])  # + the offset
     MOV([r8], r9)
-    ADD(rsi, 24)
-    SUB(rcx, 1)
+    ADD(table, 24)
+    SUB(count, 1)
     JNZ(entry)
     LABEL(done)
-    asm.RETURN()

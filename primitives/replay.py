@@ -378,13 +378,13 @@ def _guarded(args: dict, layout: tuple, points: tuple):
     held_names = [f"{x}{pos}" for pos, (_, memory, *_) in enumerate(layout) if memory for x in "oapst"]
     source = (f"def guard(args):\n"
               f"    if len(args) != {len(names)}:\n"
-              f"        return False\n"
-              f"    try:\n"
-              f"        t = pick(args)\n"
-              f"    except KeyError:\n"
-              f"        return False\n"
+              "        return False\n"
+              "    try:\n"
+              "        t = pick(args)\n"
+              "    except KeyError:\n"
+              "        return False\n"
               + "".join(f"    if {test}:\n        return False\n" for test in tests) +
-              f"    return call(table, id(t)) == 1\n")
+              "    return call(table, id(t)) == 1\n")
     namespace = {"pick": operator.itemgetter(*names), "call": guard.function, "table": guard.args,
                  **dict(zip(held_names, held))}
     exec(compile(source, "<int8jit replay guard>", "exec"), namespace)  # noqa: S102 - our own text
