@@ -671,8 +671,10 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
             if pd._binary:
                 for b, (plan, _) in enumerate(runs):
                     self._point_binaries(plan, arrays, b)
-        if packer is None and not chunked and not pd._binary:  # (addresses alone: a guard may move it)
-            return pointing(move, entries, (SRC, DST, WEIGHTS) if in_place else (SRC, DST))
+        # (addresses alone, the packer's reads of the weights in place too: a guard may move it)
+        w_entries = None if chunked or pd._binary else [] if packer is None else packer.guard_entries(2, w_shift)
+        if w_entries is not None:
+            return pointing(move, entries + w_entries, (SRC, DST, WEIGHTS) if in_place or w_entries else (SRC, DST))
         return move
 
     def _replay(self, runs: list, keep: list, packed_weights: bool, together: CallPlan | None = None

@@ -410,3 +410,22 @@ def test_a_set_up_after_a_guarded_move_points_every_read_again():
     A, B, C = calls[0]
     g.execute(A, C, B=B, ao=3)  # (another ao: the full path, on the first call's arrays)
     np.testing.assert_array_equal(C, (A.astype(np.int32) - 3) @ B.astype(np.int32))
+
+
+@pytest.mark.parametrize("case", ["matmul, weights packed per call", "batched matmul, weights packed per call"])
+def test_a_set_up_after_a_guarded_move_packs_the_first_weights_again(case):
+    """The same for a matmul whose runtime weights are packed at every call (the packer's
+    B; its replays forgotten, so the next call sets up on the first call's arrays)."""
+    if not layout_ok():
+        pytest.skip("no guards in this process")
+    from tests.test_replay import _MOVE_CASES
+
+    p, first = _MOVE_CASES[case][0](1)
+    p.execute(first)
+    second = _new(first, np.random.default_rng(7))
+    p.execute(second)
+    assert p._replay_for(second)._guard is not None
+    want = _want(p, first)
+    p._forget_replays()
+    p.execute(first)
+    np.testing.assert_array_equal(first["dst"], want)
