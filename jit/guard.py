@@ -156,11 +156,13 @@ class Guard:
                 address, size = held.ctypes.data, held.size
             records += [pos, id(np.ndarray), id(like.dtype), like.ndim, WRITEABLE if writable else 0, address, size,
                         *like.shape, *like.strides]
-        table = []
+        table, spans = [], {}  # (an argument's extent once: it is in a pair with each output)
         for sides in pairs:
             ends = []
             for pos, array in sides:
-                span = extent(array)
+                span = spans.get(id(array), ())
+                if span == ():
+                    span = spans[id(array)] = extent(array)
                 if span is None:
                     break
                 if pos is None:  # (a held array: its own bytes, from the zero in data[count])

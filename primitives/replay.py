@@ -353,16 +353,13 @@ def _guarded(args: dict, layout: tuple, points: tuple):
     if len(layout) < 2 or not layout_ok() or any(type(args.get(name)) is not np.ndarray for name in bases):
         return None
     names = tuple(name for name, *_ in layout)
-    checks, held, regions, outputs, tests = [], [], [], [], []
+    checks, held, regions, outputs = [], [], [], []
     for pos, (name, memory, by_value, output, movable, weak) in enumerate(layout):
         value = args[name]
         if name == SCRATCHPAD or memory and (weak or by_value) or not memory and not weak:
             return None
         if memory:  # (held: the same object at every call, as matches() tests it)
             held += [value, value.array, value.payload, value.array.shape, value.array.dtype]
-            o, a, p, s, t = (f"{x}{pos}" for x in "oapst")
-            tests.append(f"(v := t[{pos}]) is not {o} or v.array is not {a} or v.payload is not {p} "
-                         f"or {a}.shape != {s} or {a}.dtype is not {t}")
             regions.append((None, value.array))
             continue
         if by_value and not value.flags.c_contiguous:
@@ -375,22 +372,43 @@ def _guarded(args: dict, layout: tuple, points: tuple):
     guard = Guard(len(names), checks, pairs,
                   [(ffi.addressof(struct, field), names.index(bases[base]), offset)
                    for struct, field, base, offset in entries], keep=[entry[0] for entry in entries])
-    held_names = [f"{x}{pos}" for pos, (_, memory, *_) in enumerate(layout) if memory for x in "oapst"]
-    source = (f"def guard(args):\n"
-              f"    if len(args) != {len(names)}:\n"
-              "        return False\n"
-              "    try:\n"
-              "        t = pick(args)\n"
-              "    except KeyError:\n"
-              "        return False\n"
-              + "".join(f"    if {test}:\n        return False\n" for test in tests) +
-              "    return call(table, id(t)) == 1\n")
-    namespace = {"pick": operator.itemgetter(*names), "call": guard.function, "table": guard.args,
-                 **dict(zip(held_names, held))}
-    exec(compile(source, "<int8jit replay guard>", "exec"), namespace)  # noqa: S102 - our own text
-    function = namespace["guard"]
+    make = _guard_maker(len(names), tuple(pos for pos, (_, memory, *_) in enumerate(layout) if memory))
+    function = make(operator.itemgetter(*names), guard.function, guard.args, *held)
     function.guard = guard  # (its tables, and the structs' owners, live as long as the function)
     return function
+
+
+_GUARD_MAKERS: dict = {}  # (argument count, held positions) -> generated make()
+
+
+def _guard_maker(count: int, held: tuple[int, ...]):
+    """``make(pick, call, table, *held values)`` -> a guard's caller for ``count``
+    arguments, those at the positions ``held`` being Memory objects held by identity (five
+    values each: the object, its array, payload, shape and dtype); generated once per
+    form, as :func:`_matcher`'s tests are (compiling per set-up was 60% of building a
+    guard)."""
+    made = _GUARD_MAKERS.get((count, held))
+    if made is not None:
+        return made
+    values = [f"{x}{pos}" for pos in held for x in "oapst"]
+    tests = "".join(f"        if (v := t[{pos}]) is not o{pos} or v.array is not a{pos} or v.payload is not p{pos} "
+                    f"or a{pos}.shape != s{pos} or a{pos}.dtype is not t{pos}:\n            return False\n"
+                    for pos in held)
+    source = (f"def make({', '.join(['pick', 'call', 'table'] + values)}):\n"
+              "    def guard(args):\n"
+              f"        if len(args) != {count}:\n"
+              "            return False\n"
+              "        try:\n"
+              "            t = pick(args)\n"
+              "        except KeyError:\n"
+              "            return False\n"
+              f"{tests}"
+              "        return call(table, id(t)) == 1\n"
+              "    return guard\n")
+    namespace: dict = {}
+    exec(compile(source, "<int8jit replay guard>", "exec"), namespace)  # noqa: S102 - our own text
+    made = _GUARD_MAKERS[(count, held)] = namespace["make"]
+    return made
 
 
 def restoring(replay: "Replay | None", region: np.ndarray, restore_rest: Callable[[], None] | None = None
