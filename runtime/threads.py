@@ -73,6 +73,7 @@ def _take_workers(n: int) -> list:
     return taken + [_Worker() for _ in range(n - len(taken))]
 
 
+ENV_THREADS = "INT8JIT_NUM_THREADS"
 _CORES_TTL_S = 1.0
 _cores_seen = (0, -_CORES_TTL_S)  # (count, time.monotonic() of the look-up)
 
@@ -106,7 +107,7 @@ os.register_at_fork(after_in_child=forget_cores)
 
 def default_threads() -> int:
     """``INT8JIT_NUM_THREADS`` if set, else the cores this process may run on."""
-    return env_int("INT8JIT_NUM_THREADS", 0, 1, "a positive integer") or usable_cores()
+    return env_int(ENV_THREADS, 0, 1, "a positive integer") or usable_cores()
 
 
 def resolve_threads(threads: int | None) -> int:

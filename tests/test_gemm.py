@@ -546,6 +546,45 @@ def test_one_off_calls_keep_their_gemm(isa_path, policy, a_type, offsetc, alpha,
     assert len(set.intersection(*kept)) >= 1  # the same Gemm served every call
 
 
+def test_one_off_calls_follow_the_settings(monkeypatch):
+    """The same one-off call again takes the kept Gemm only while the ISA cap (the
+    environment's, the API's) and the thread count it was made under hold: a changed
+    setting makes the call resolve them again (runtime.settings' stamp) and take another."""
+    supported = isa_mod.supported()
+    if len(supported) < 2:
+        pytest.skip("one ISA path here: no other to cap to")
+    low, M, N, K = supported[0], 3, 20, 11
+    rng = np.random.default_rng(5)
+    A = rng.integers(0, 256, (M, K), dtype=np.uint8)
+    B = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    want = reference.gemm("N", "N", "F", M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, None, N, None)
+
+    def call():
+        C = np.zeros((M, N), np.int32)
+        gemm_u8s8s32("N", "N", "F", M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, C, N, np.zeros(1, np.int32))
+        np.testing.assert_array_equal(C, want)
+        g = list(kept_setups("gemm").values())[-1]  # (the last used is last)
+        return g, g.isa, g.threads
+
+    monkeypatch.delenv("INT8JIT_MAX_ISA", raising=False)
+    monkeypatch.delenv("INT8JIT_NUM_THREADS", raising=False)
+    first = call()
+    assert call()[0] is first[0] and first[1] == supported[-1]
+    monkeypatch.setenv("INT8JIT_MAX_ISA", low)
+    assert call()[1] == low
+    monkeypatch.delenv("INT8JIT_MAX_ISA")
+    assert call()[0] is first[0]
+    monkeypatch.setenv("INT8JIT_NUM_THREADS", str(first[2] + 1))
+    assert call()[2] == first[2] + 1
+    monkeypatch.delenv("INT8JIT_NUM_THREADS")
+    isa_mod.set_max_isa(low)
+    try:
+        assert call()[1] == low
+    finally:
+        isa_mod.set_max_isa(None)
+    assert call()[0] is first[0]
+
+
 @st.composite
 def repeat_cases(draw):
     """Calls on the very same arrays, their values changed in place between calls: few
