@@ -66,7 +66,9 @@ class Replay:
     replay a guard (:func:`_guarded`, ``jit.guard``): one kernel call that does both
     routes' tests and the move on the same or new arrays, and says no, having done nothing,
     where they would fail; :meth:`matches` is then that call, and :meth:`moves` (in Python)
-    takes only what it refuses.
+    takes only what it refuses. The guard is built when a Python route first takes a call
+    (the second call that repeats the set-up's layout), so a set-up that is never
+    replayed (new scales at every call) does not pay for one.
 
     ``valid``, set for a call on a user scratchpad (:meth:`~primitives.base.Primitive._claim`), is a test
     both routes also need: that no set-up on that scratchpad (another thread's) has since
@@ -81,7 +83,8 @@ class Replay:
     scratchpad are held as given.
     """
 
-    __slots__ = ("run", "by_value", "move", "check", "valid", "_record", "_matches", "_moved", "_views", "_guard")
+    __slots__ = ("run", "by_value", "move", "check", "valid", "_record", "_matches", "_moved", "_views", "_guard",
+                 "_unguarded")
 
     def __init__(self, run, by_value: tuple[str, ...] = (), move=None, check=None) -> None:
         self.run = run
@@ -93,6 +96,7 @@ class Replay:
         self._matches = self._moved = None
         self._views: tuple = ()  # (name, view_maker()): arguments the set-up took as a view
         self._guard = None  # or both routes in one kernel call (_guarded)
+        self._unguarded = None  # or (layout, points): a guard to build where a Python route first takes a call
 
     def record(self, args: dict, mem: dict, spec: "_ArgSpec") -> bool:
         """Remember ``args`` (``mem``: what ``_execute`` got) as the call this replay repeats;
@@ -140,14 +144,18 @@ class Replay:
         self._record = tuple(record)
         self._matches, self._moved = _matcher(tuple(layout))
         points = getattr(self.move, "points", None)
-        self._guard = _guarded(args, layout, points) if points is not None and self.check is None \
+        # (the guard is built where a Python route first takes a call, not here: a caller
+        # that sets up at every call, its scales new each time, would build one each time,
+        # about 50 us, and never use it)
+        self._guard = None
+        self._unguarded = (tuple(layout), points) if points is not None and self.check is None \
             and self.valid is None else None
         return True
 
     def claim(self, valid: Callable[[], bool]) -> None:
         """Set :attr:`valid` (a call on a user scratchpad, see the class docstring): both
         routes test it at every call, in Python."""
-        self.valid, self._guard = valid, None
+        self.valid, self._guard, self._unguarded = valid, None, None
 
     def matches(self, args: dict) -> bool:
         """``args`` holds the recorded objects, unchanged (see the class docstring); or,
@@ -156,8 +164,12 @@ class Replay:
         guard = self._guard
         if guard is not None:
             return guard(args)
-        return self._matches is not None and self._matches(args, self._record) \
-            and (self.check is None or self._checked(args)) and (self.valid is None or self.valid())
+        if not (self._matches is not None and self._matches(args, self._record)
+                and (self.check is None or self._checked(args)) and (self.valid is None or self.valid())):
+            return False
+        if self._unguarded is not None:
+            self._arm(args)
+        return True
 
     def moves(self, args: dict) -> bool:
         """Re-point the calls at ``args`` if they are arrays laid out as the recorded ones
@@ -174,7 +186,16 @@ class Replay:
             return False
         self._record = record
         self.move(arrays)
+        if self._unguarded is not None:
+            self._arm(args)
         return True
+
+    def _arm(self, args: dict) -> None:
+        """Build the guard (:func:`_guarded`) from ``args``, a call a Python route has just
+        taken (laid out as the recorded one): the next calls take the guard's route."""
+        layout, points = self._unguarded
+        self._unguarded = None
+        self._guard = _guarded(args, layout, points)
 
     def _checked(self, args: dict) -> bool:
         """Whether ``check``'s test holds for its argument in ``args`` (the recorded objects,

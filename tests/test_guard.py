@@ -271,6 +271,8 @@ def test_a_matmul_replay_moves_by_its_guard_alone(threads, monkeypatch):
     p, args = _decode(threads)
     p.execute(args)
     replay = p._replay_for(args)
+    assert replay._guard is None  # (built where a Python route first takes a call)
+    p.execute(args)
     assert replay._guard is not None
     rng = np.random.default_rng(3)
     calls = [_new(args, rng) for _ in range(3)]
@@ -291,6 +293,7 @@ def test_what_the_guard_refuses_takes_the_python_routes():
     if not layout_ok():
         pytest.skip("no guards in this process")
     p, args = _decode()
+    p.execute(args)
     p.execute(args)
     assert p._replay_for(args)._guard is not None
     rng = np.random.default_rng(4)
@@ -335,6 +338,7 @@ def test_without_guards_replays_test_in_python(monkeypatch):
     p, args = _decode()
     p._forget_replays()
     p.execute(args)
+    p.execute(args)
     assert p._replay_for(args)._guard is None
     rng = np.random.default_rng(5)
     for _ in range(3):
@@ -344,12 +348,49 @@ def test_without_guards_replays_test_in_python(monkeypatch):
         np.testing.assert_array_equal(c["dst"], want)
 
 
+def test_a_guard_is_built_by_the_first_call_a_python_route_takes(monkeypatch):
+    """A set-up builds no guard; the next call that a Python route takes (the same arrays,
+    or new ones laid out alike) builds it. A caller whose scales change at every call sets
+    up at every call and never builds one (about 50 us a set-up otherwise)."""
+    if not layout_ok():
+        pytest.skip("no guards in this process")
+    import primitives.replay as replay_module
+
+    built = []
+    guarded = replay_module._guarded
+    monkeypatch.setattr(replay_module, "_guarded", lambda *a: built.append(1) or guarded(*a))
+    from tests.test_replay import _matmul_case
+
+    p, args = _matmul_case(2, False, 1)  # (weights packed once; scales and bias read by value)
+    for step in range(4):  # (a by-value argument new at every call: a set-up each time)
+        p.execute(dict(args, **{"scales:src": np.float32([0.5 + step])}))
+        assert not built and p._replay_for(args)._guard is None
+    p.execute(args)  # (the scales as before the loop: a set-up again)
+    assert not built
+    rng = np.random.default_rng(8)
+
+    def new_arrays():
+        return dict(args, src=rng.integers(0, 256, args["src"].shape).astype(np.uint8), dst=np.zeros_like(args["dst"]))
+    moved = new_arrays()
+    want = _want(p, moved)
+    p.execute(moved)  # (new arrays laid out alike: moved in Python, then the guard built)
+    np.testing.assert_array_equal(moved["dst"], want)
+    assert built == [1] and p._replay_for(moved)._guard is not None
+    again = new_arrays()
+    want = _want(p, again)
+    monkeypatch.setattr(replay_module.Replay, "moves", lambda self, a: pytest.fail("a Python move"))
+    p.execute(again)
+    np.testing.assert_array_equal(again["dst"], want)
+    assert built == [1]
+
+
 def test_a_user_scratchpad_has_no_guard():
     """A call on a user scratchpad keeps testing its claim in Python (Primitive._claim)."""
     from tests.test_replay import _matmul_case
     from tests.test_replay_sequences import _user
 
     p, args = _user(_matmul_case(2, True, 1, user=True))
+    p.execute(args)
     p.execute(args)
     replay = p._replay_for(args)
     assert replay is not None and replay.valid is not None and replay._guard is None
@@ -392,9 +433,11 @@ def test_a_set_up_after_a_guarded_move_points_every_read_again():
     rng = np.random.default_rng(6)
     p, first = _conv(ic=16, pad=1, threads=1)
     p.execute(first)
+    p.execute(first)  # (replayed: its guard built)
+    replay = p._replay_for(first)
     second = _moved_copy(first, rng)
-    p.execute(second)
-    assert p._replay_for(second)._guard is not None
+    p.execute(second)  # (moved by the guard)
+    assert replay._guard is not None and p._replay_for(second) is replay
     again = dict(first, bias=first["bias"] + np.float32(3))  # (by value: the full path, on first's arrays)
     want = _want(p, again)
     p.execute(again)
@@ -404,7 +447,7 @@ def test_a_set_up_after_a_guarded_move_points_every_read_again():
     g = Gemm(M, N, K, threads=1)
     calls = [(rng.integers(0, 256, (M, K)).astype(np.uint8), rng.integers(-128, 128, (K, N)).astype(np.int8),
               np.zeros((M, N), np.int32)) for _ in range(2)]
-    for A, B, C in calls:
+    for A, B, C in calls[:1] + calls:  # (the first again: its guard built; then moved by it)
         g.execute(A, C, B=B)
     assert g._replay[1]._guard is not None
     A, B, C = calls[0]
@@ -422,9 +465,15 @@ def test_a_set_up_after_a_guarded_move_packs_the_first_weights_again(case):
 
     p, first = _MOVE_CASES[case][0](1)
     p.execute(first)
-    second = _new(first, np.random.default_rng(7))
-    p.execute(second)
-    assert p._replay_for(second)._guard is not None
+    p.execute(first)  # (replayed: its guard built)
+    replay = p._replay_for(first)
+    rng = np.random.default_rng(7)
+    second = _moved_copy(first, rng)
+    second["weights"][...] = rng.integers(-128, 128, first["weights"].shape)  # (runtime weights: not by value)
+    want = _want(p, second)
+    p.execute(second)  # (moved by the guard)
+    np.testing.assert_array_equal(second["dst"], want)
+    assert replay._guard is not None and p._replay_for(second) is replay
     want = _want(p, first)
     p._forget_replays()
     p.execute(first)
