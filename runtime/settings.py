@@ -10,15 +10,18 @@ stamp is still the answer.
 Example::
 
     >>> import os
+    >>> saved = os.environ.pop("INT8JIT_NUM_THREADS", None)
     >>> before = stamp()
     >>> stamp() == before
     True
-    >>> os.environ["INT8JIT_MAX_ISA"] = "avx2"
+    >>> os.environ["INT8JIT_NUM_THREADS"] = "3"
     >>> stamp() == before
     False
-    >>> del os.environ["INT8JIT_MAX_ISA"]
+    >>> del os.environ["INT8JIT_NUM_THREADS"]
     >>> stamp() == before
     True
+    >>> if saved is not None:
+    ...     os.environ["INT8JIT_NUM_THREADS"] = saved
 """
 from __future__ import annotations
 
@@ -29,8 +32,7 @@ from runtime import isa as _isa
 from runtime.isa import ENV_CAP
 from runtime.threads import ENV_THREADS, usable_cores
 
-_environ = os.environ
-_keys = tuple(_environ.encodekey(name) for name in (ENV_CAP, ENV_THREADS))  # (its mapping's own keys)
+_keys = tuple(os.environ.encodekey(name) for name in (ENV_CAP, ENV_THREADS))  # (its mapping's own keys)
 
 
 def stamp() -> tuple:
@@ -38,7 +40,7 @@ def stamp() -> tuple:
     answer from besides their arguments: the two variables as set (``INT8JIT_MAX_ISA``,
     ``INT8JIT_NUM_THREADS``), the API's cap, the CPU probe's result and the functions a
     test may stand in for (``supported``, ``cpu_supports``), and the usable cores."""
-    data = getattr(_environ, "_data", None)
+    data = getattr(os.environ, "_data", None)
     if type(data) is dict:  # (os.environ's own mapping: no KeyError raised and caught for an unset name)
         cap, threads = data.get(_keys[0]), data.get(_keys[1])
     else:  # pragma: no cover - another Python's os.environ
