@@ -330,16 +330,21 @@ class VnniPacker:
         """(struct, "src", ``base``, offset) of every call, the offsets past the view the
         last :meth:`point` took, plus ``shift``."""
         strides = self._where[1]
-        item = strides[0] if self.items > 1 else 0
-        return [(args, "src", base, shift + i0 * item + (c0 * strides[1] if self.columns else c0))
+        return [(args, "src", base, shift + self._src_offset(i0, c0, strides))
                 for parts in (self._parts, self._item_parts or ()) for i0, c0, args in parts]
+
+    def _src_offset(self, i0: int, c0: int, strides: tuple) -> int:
+        """Where a call starting at item ``i0``, column ``c0`` reads, past the first byte of
+        the view (of ``strides``) the calls point at (a part's columns: its rows, when
+        they are columns)."""
+        return i0 * (strides[0] if self.items > 1 else 0) + (c0 * strides[1] if self.columns else c0)
 
     def _point_parts(self, parts) -> None:
         base, strides = self._where
         item = strides[0] if self.items > 1 else 0
         block = block_groups(strides[1])
-        for i0, c0, args in parts:  # (a part's columns: its rows, when they are columns)
-            args.src = base + i0 * item + (c0 * strides[1] if self.columns else c0)
+        for i0, c0, args in parts:
+            args.src = base + self._src_offset(i0, c0, strides)
             args.ldb, args.src_item, args.block_max = strides[1], item, block
 
     def item_call(self, i: int) -> tuple:
