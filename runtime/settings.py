@@ -41,6 +41,8 @@ def stamp() -> tuple:
     ``INT8JIT_NUM_THREADS``), the API's cap, the CPU probe's result and the functions a
     test may stand in for (``supported``, ``cpu_supports``), and the usable cores."""
     data = getattr(os.environ, "_data", None)
+    # (runtime.env.env_raw's lookup, inlined for the two names: the stamp 0.23 us, against
+    # 0.35 calling env_raw twice and 0.45 through a general reader of several names)
     if type(data) is dict:  # (os.environ's own mapping: no KeyError raised and caught for an unset name)
         cap, threads = data.get(_keys[0]), data.get(_keys[1])
     else:  # pragma: no cover - another Python's os.environ
