@@ -530,12 +530,18 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         keep, runs = [], []
         items = c_all.shape[0]
         w_all = self._weights_view(mem[WEIGHTS])
+        # Runtime weights whose view is a copy (an inner product's weights in another order
+        # than its source's: OIHW beside NHWC) cannot be replayed: the kernels and the
+        # packer would read this call's copy again, not the caller's new values.
+        copied = w_all is not None and not np.may_share_memory(w_all, mem[WEIGHTS].array)
         batch_plan = self._in_place_batch(w_all, views, a_all, c_all, rows, output) if items > 1 else None
         if batch_plan is not None:  # every item in one call of the in-place kernel
             plan, w = batch_plan
             for st in plan.structs:
                 st.dst_scale_inv = dst_scale
             plan.run(a_all, w, c_all, zp_src)
+            if copied:
+                return None
             replay = self._replay([(plan, None, a_all, _read_in_place, None)], keep, False)
             if replay is not None:
                 replay.move = self._mover(None, mem[WEIGHTS], w_all, views, rows, zp_src, plan)
@@ -589,6 +595,8 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         if spread:
             together = CallPlan.spread([r[0].calls for r in runs], pd.threads, first_calls or None)
             together.run()
+        if copied:
+            return None
         replay = self._replay(runs, keep, mem[WEIGHTS].desc.is_packed, together)
         if replay is not None and all(r[1] is None for r in runs):
             # The kernels read the caller's arrays alone (no padded source; binary operands

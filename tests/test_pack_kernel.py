@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jit.dot import fast_path, path_for
-from jit.pack_kernel import VnniPacker, pack_vnni
+from jit.pack_kernel import VnniPacker
 from primitives.attr import Attr
 from primitives.gemm_pack import pack_b
 from primitives.matmul import InnerProductDesc, MatmulDesc
@@ -183,7 +183,7 @@ def test_a_big_packed_b_streams(columns, monkeypatch):
         assert np.array_equal(got.data, want.data) and np.array_equal(got.colsum, want.colsum)
 
 
-def test_pack_vnni_refuses_a_wrong_shape():
+def test_the_packer_refuses_a_wrong_shape():
     with pytest.raises(ValueError, match=r"^weights: expected 1 x 4 x 8 \(items x K x N\), got \(8, 4\)"):
         VnniPacker(4, 8, fast_path("avx2_vnni"), 1)(np.zeros((8, 4), np.int8))
 

@@ -149,6 +149,47 @@ def test_inner_product_replay(k, monkeypatch):
     np.testing.assert_array_equal(args["dst"], _fresh(p, args))
 
 
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("src_tag,w_tag", [("nhwc", "oihw"), ("nchw", "ohwi")])
+def test_inner_product_runtime_weights_copied_are_read_at_every_call(src_tag, w_tag, batch):
+    """Plain weights in another order than the source's are copied into it at each call
+    (the K x N view cannot be a view). Repeating the call must copy them again: the
+    weights changed in place, new weights arrays (one past the first's buffer, where
+    moving by the first call's offset would read unmapped memory), and a bound call."""
+    rng = np.random.default_rng(batch)
+    n, c, h, w_, oc = batch, 8, 3, 3, 24
+    pd = InnerProductDesc(desc((n, c, h, w_), "u8", src_tag), desc((oc, c, h, w_), "s8", w_tag),
+                          desc((n, oc), "s32", "ab"))
+    p = pd.create()
+    x = rng.integers(0, 256, (n, c, h, w_)).astype(np.uint8)
+    x_user = np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if src_tag == "nhwc" else x
+    order = (0, 2, 3, 1) if w_tag == "ohwi" else (0, 1, 2, 3)
+    far = np.zeros(1 << 26, np.int8)  # (the first weights 64 MB away from the copies)
+    weights = far[-oc * c * h * w_:].reshape(np.transpose(np.zeros((oc, c, h, w_)), order).shape)
+    y = np.zeros((n, oc), np.int32)
+
+    def check(w_logical):
+        want = x.reshape(n, -1).astype(np.int64) @ w_logical.reshape(oc, -1).T.astype(np.int64)
+        np.testing.assert_array_equal(y, want)
+
+    def logical(w_user):
+        return w_user if w_tag == "oihw" else w_user.transpose(0, 3, 1, 2)
+
+    args = {"src": x_user, "weights": weights, "dst": y}
+    for _ in range(3):  # (the same arrays, new values in the weights)
+        weights[...] = rng.integers(-128, 128, weights.shape)
+        p.execute(args)
+        check(logical(weights))
+    for _ in range(3):  # (new weights arrays)
+        new = rng.integers(-128, 128, weights.shape).astype(np.int8)
+        p.execute({"src": x_user, "weights": new, "dst": y})
+        check(logical(new))
+    run = p.bind(args)
+    weights[...] = rng.integers(-128, 128, weights.shape)
+    run()
+    check(logical(weights))
+
+
 @pytest.mark.parametrize("tag", ["nhwc", "nchw"])
 def test_pooling_replay(tag, monkeypatch):
     from primitives.pooling import PoolingDesc
