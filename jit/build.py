@@ -13,6 +13,7 @@ import gc
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
@@ -168,11 +169,14 @@ def load(generated: GeneratedCode) -> Kernel:
 def _dump(kernel: Kernel) -> None:
     from jit.disasm import disassemble
 
-    folder = os.environ.get("INT8JIT_JIT_DUMP_DIR", "jit-dump")
-    os.makedirs(folder, exist_ok=True)
+    folder = os.path.expanduser(os.environ.get("INT8JIT_JIT_DUMP_DIR", "").strip() or "jit-dump")
     stem = os.path.join(folder, f"{kernel.name}.{kernel.isa}.{os.getpid()}.{int(time.time() * 1e6)}")
     code = kernel.code()
-    with open(stem + ".bin", "wb") as f:
-        f.write(code)
-    with open(stem + ".s", "w") as f:
-        f.write(disassemble(code, kernel.address))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(stem + ".bin", "wb") as f:
+            f.write(code)
+        with open(stem + ".s", "w") as f:
+            f.write(disassemble(code, kernel.address))
+    except OSError as exc:  # (a dump that cannot be written must not stop the computation)
+        warnings.warn(f"INT8JIT_JIT_DUMP: cannot write {stem}.bin/.s: {exc}", RuntimeWarning, stacklevel=2)

@@ -8,8 +8,10 @@ is ``INT8JIT_CACHE_DIR`` (default ``~/.cache/int8jit``), bounded by
 ``INT8JIT_CACHE_MAX_MB`` (default 256; the oldest entries go first, when a write draws
 a prune: about once per 1/16 of the bound written, so the folder may pass the bound by
 about that much between prunes);
-``INT8JIT_DISK_CACHE=0`` turns it off. The sources' digest (:func:`_code_digest`) is of
-their names, sizes and modification times.
+``INT8JIT_DISK_CACHE=0`` (or ``off``, ``false``, ``no``) turns it off. The sources' digest
+(:func:`_code_digest`) is of their names, sizes and modification times. An entry carries
+the SHA-256 of its contents, and is read only where it is this user's own file, writable
+by no one else (:func:`_read_disk`); anything else is generated again.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import threading
 from typing import Callable, Hashable
 
 from jit.build import GeneratedCode, load
+from runtime.env import env_size
 from runtime.kernel import Kernel
 
 VERSION = "0.1.0"
@@ -32,11 +35,13 @@ stats = {"memory_hits": 0, "disk_hits": 0, "generated": 0}
 
 
 def cache_dir() -> str:
-    return os.environ.get("INT8JIT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "int8jit")
+    folder = os.environ.get("INT8JIT_CACHE_DIR", "").strip()
+    return os.path.expanduser(folder) if folder else os.path.join(os.path.expanduser("~"), ".cache", "int8jit")
 
 
 def _disk_enabled() -> bool:
-    return os.environ.get("INT8JIT_DISK_CACHE", "1") not in ("0", "", "off", "false")
+    # (blank counts as unset, as for every INT8JIT_* variable)
+    return os.environ.get("INT8JIT_DISK_CACHE", "").strip().lower() not in ("0", "off", "false", "no")
 
 
 def _code_digest() -> str:
@@ -96,21 +101,41 @@ def _path(key_text: str) -> str:
     return os.path.join(cache_dir(), f"{digest}.kernel")
 
 
+# An entry: this tag, the SHA-256 of the rest, then the pickle of (key text, GeneratedCode).
+# The digest catches a damaged file (one flipped bit in its code is a wrong result or a
+# crash, not an error), so such an entry is generated again instead of run.
+_TAG = b"int8jit1"
+_HEAD = len(_TAG) + 32
+
+
 def _read_disk(key: Hashable) -> GeneratedCode | None:
+    """The entry for ``key``, or None where there is none, or it is damaged, or it is not
+    this user's own file, writable by no one else (the bytes are run as machine code: an
+    entry another user could have written is not trusted)."""
     key_text = repr(key)
     try:
         with open(_path(key_text), "rb") as f:
-            stored_key, generated = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError):
+            st = os.fstat(f.fileno())
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                return None
+            data = f.read()
+    except OSError:
+        return None
+    if len(data) < _HEAD or data[:len(_TAG)] != _TAG or hashlib.sha256(data[_HEAD:]).digest() != data[len(_TAG):_HEAD]:
+        return None
+    try:
+        stored_key, generated = pickle.loads(data[_HEAD:])
+    except Exception:  # noqa: BLE001 - an entry of another version of the library: generate again
         return None
     return generated if stored_key == key_text and isinstance(generated, GeneratedCode) else None
 
 
 def _write_disk(key: Hashable, generated: GeneratedCode) -> None:
     key_text = repr(key)
-    data = pickle.dumps((key_text, generated), protocol=pickle.HIGHEST_PROTOCOL)
+    body = pickle.dumps((key_text, generated), protocol=pickle.HIGHEST_PROTOCOL)
+    data = _TAG + hashlib.sha256(body).digest() + body
+    limit = _limit_bytes()  # (checked before anything is written)
     if _write_atomically(_path(key_text), data):
-        limit = _limit_bytes()
         # Pruning stats every entry (a full 256 MB folder: ~48,000 files, 200 ms), so it
         # runs at random, with odds of the bytes written against 1/16 of the bound: about
         # once per 1/16 of the bound written, by all processes together, whatever their
@@ -121,7 +146,7 @@ def _write_disk(key: Hashable, generated: GeneratedCode) -> None:
 
 
 def _limit_bytes() -> float:
-    return float(os.environ.get("INT8JIT_CACHE_MAX_MB", "256")) * 2**20
+    return env_size("INT8JIT_CACHE_MAX_MB", 256, "a number of megabytes, 0 or more") * 2**20
 
 
 _rng = random.Random()

@@ -1,5 +1,5 @@
-"""Whole-number settings from the environment (the ``INT8JIT_*`` variables): read, checked
-and refused with one message, naming the variable.
+"""Number settings from the environment (the ``INT8JIT_*`` variables): read, checked and
+refused with one message, naming the variable.
 
 Example::
 
@@ -18,6 +18,7 @@ Example::
 """
 from __future__ import annotations
 
+import math
 import os
 
 
@@ -51,5 +52,21 @@ def env_int(name: str, default: int, minimum: int, what: str, maximum: int | Non
     except ValueError:
         value = None
     if value is None or value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name}: expected {what}, got {raw!r}")
+    return value
+
+
+def env_size(name: str, default: float, what: str) -> float:
+    """``name``'s value as a finite number of 0 or more (a fraction allowed), or
+    ``default`` where it is unset or blank; anything else raises ``ValueError`` saying
+    ``what`` was expected."""
+    raw = env_raw(name).strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{name}: expected {what}, got {raw!r}")
     return value

@@ -64,6 +64,9 @@ class ExecutableMemory:
         self.address = address
         self.const_address = address + code_span
         self._finalizer = weakref.finalize(self, _unmap, address, self.size)
+        # Not unmapped at exit: a daemon thread may still be inside this code while the
+        # interpreter shuts down (a segfault at exit, 10 runs in 10); the OS reclaims it.
+        self._finalizer.atexit = False
         self._kept = False
 
         patched = bytearray(code)
@@ -105,8 +108,7 @@ class ExecutableMemory:
             self._finalizer()
 
     def keep(self) -> None:
-        """Never unmap this mapping, not even at exit (weakref.finalize unmaps the others
-        then): for code that threads outside Python's control may still be running
-        while the interpreter shuts down, the thread pool's workers."""
+        """Never unmap this mapping: for code that threads outside Python's control may
+        still be running after its owner is gone, the thread pool's workers."""
         self._finalizer.detach()
         self._kept = True

@@ -252,6 +252,87 @@ def test_corrupt_disk_entry_is_regenerated(tmp_path):
     assert again["stats"]["generated"] == 1
 
 
+def test_damaged_or_foreign_disk_entries_are_regenerated(tmp_path):
+    """An entry whose bytes changed (a flipped bit of its code would run as a wrong kernel,
+    or crash) fails its digest; one that others may write is not trusted; both are
+    generated again, and the rewritten entry is read by the next process."""
+    first = _child(str(tmp_path))
+    (entry,) = [tmp_path / p for p in os.listdir(tmp_path) if p.endswith(".kernel")]
+    data = bytearray(entry.read_bytes())
+    at = bytes(data).index(bytes.fromhex(first["code"][:32]))  # (the code's first bytes, in the pickle)
+    data[at] ^= 0x01
+    entry.write_bytes(bytes(data))
+    again = _child(str(tmp_path))
+    assert again["stats"]["generated"] == 1 and again["code"] == first["code"]
+    assert _child(str(tmp_path))["stats"]["disk_hits"] == 1
+    os.chmod(entry, 0o666)
+    assert _child(str(tmp_path))["stats"]["generated"] == 1
+
+
+def test_disk_entries_of_another_form_are_regenerated(tmp_path, monkeypatch):
+    """Entries that pass the digest but do not unpickle into this library's objects (a
+    module renamed since they were written) are generated again, not raised."""
+    import hashlib
+    import pickle
+
+    from jit import cache
+
+    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(tmp_path))
+    key = ("no such kernel",)
+    body = pickle.dumps((repr(key), cache.GeneratedCode)).replace(b"jit.build", b"jit.buil5")
+    path = cache._path(repr(key))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(cache._TAG + hashlib.sha256(body).digest() + body)
+    os.chmod(path, 0o600)
+    assert cache._read_disk(key) is None
+
+
+def test_disk_cache_settings_are_checked(tmp_path, monkeypatch):
+    """A bound that is no number is refused naming the variable, before anything is
+    written; a blank INT8JIT_DISK_CACHE is unset (on); ``~`` in the folder is the home."""
+    from jit import cache
+
+    monkeypatch.setenv("INT8JIT_CACHE_DIR", str(tmp_path))
+    for bad in ("abc", "-1", "nan"):
+        monkeypatch.setenv("INT8JIT_CACHE_MAX_MB", bad)
+        with pytest.raises(ValueError, match=f"^INT8JIT_CACHE_MAX_MB: expected a number of megabytes.*{bad}"):
+            cache._write_disk(("entry", 0), bytes(10))
+    assert not _entries(tmp_path)
+    monkeypatch.setenv("INT8JIT_DISK_CACHE", " ")
+    assert cache._disk_enabled()
+    monkeypatch.setenv("INT8JIT_DISK_CACHE", "No")
+    assert not cache._disk_enabled()
+    monkeypatch.setenv("INT8JIT_CACHE_DIR", "~/int8jit-cache")
+    assert cache.cache_dir() == os.path.join(os.path.expanduser("~"), "int8jit-cache")
+
+
+_EXIT_CHILD = textwrap.dedent(
+    """
+    import threading, time
+    import numpy as np
+    from primitives.gemm import Gemm
+    g = Gemm(64, 256, 256, B=np.ones((256, 256), np.int8))
+    a, c = np.ones((64, 256), np.uint8), np.zeros((64, 256), np.int32)
+    def busy():
+        while True:
+            g.execute(a, c)
+    threading.Thread(target=busy, daemon=True).start()
+    time.sleep(0.05)
+    """
+)
+
+
+def test_exit_while_a_daemon_thread_runs_a_kernel():
+    """The interpreter's exit does not unmap kernels that a daemon thread may be running
+    (it had: a segfault at exit in most runs)."""
+    env = dict(os.environ, INT8JIT_DISK_CACHE="0")
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", _EXIT_CHILD], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+
+
 def _entries(folder) -> dict:
     return {p: os.path.getsize(os.path.join(folder, p)) for p in os.listdir(folder) if p.endswith(".kernel")}
 
@@ -308,6 +389,22 @@ def test_jit_dump_writes_bin_and_s(tmp_path, monkeypatch):
         assert (tmp_path / "dump" / bins[0]).read_bytes() == RET7
         text = (tmp_path / "dump" / listings[0]).read_text()
         assert "mov eax,7" in text and "ret" in text
+    finally:
+        k.close()
+
+
+def test_jit_dump_that_cannot_be_written_warns(tmp_path, monkeypatch):
+    """A dump folder that cannot be made (here: a file of that name) does not stop the
+    kernel from being loaded and run: a warning says why nothing was written."""
+    from jit.build import GeneratedCode, load
+
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setenv("INT8JIT_JIT_DUMP", "1")
+    monkeypatch.setenv("INT8JIT_JIT_DUMP_DIR", str(tmp_path / "a file"))
+    with pytest.warns(RuntimeWarning, match="INT8JIT_JIT_DUMP: cannot write"):
+        k = load(GeneratedCode("ret7", "avx2", "int (*)(void)", RET7, b"", (), ""))
+    try:
+        assert k() == 7
     finally:
         k.close()
 
