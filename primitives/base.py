@@ -456,7 +456,9 @@ class Primitive:
         The call keeps the scales, zero points and bias as they were here (bind again
         after changing them), has a library scratchpad of its own, holds the arrays (they
         live as long as the call), and is for one thread at a time; the arrays must stay
-        as they are (no in-place reshape or retype).
+        as they are (no in-place reshape or retype). Packed weights that a reorder has
+        written anew since are set up for again, as ``bind`` would (their compensation, and
+        without VNNI their kernel, follow the values).
         Where a primitive cannot run ``args`` without setting up again (an argument it
         had to copy, a user scratchpad) or without a test at every call (a convolution's
         plain weights), the call is ``execute(args)`` itself.
@@ -492,7 +494,23 @@ class Primitive:
         # So do the primitive and its kernels: the replay's call lists hold bare function
         # pointers, and jit.cache.clear_memory() lets a dropped primitive's code be unmapped.
         bound.primitive = self
-        return bound
+        packed = [m for m in args.values() if type(m) is Memory and m.desc.is_packed]
+        return self._rebinding(bound, args, packed) if packed else bound
+
+    def _rebinding(self, bound: Callable[[], None], args: dict, packed: list) -> Callable[[], None]:
+        """``bound``, bound again where a reorder has written new weights into one of the
+        ``packed`` memories since (a new payload: its compensation, even its kernel's
+        layout, may differ; the old set-up would mix them with the new bytes)."""
+        state = [bound, [m.payload for m in packed]]
+
+        def run() -> None:
+            if any(m.payload is not p for m, p in zip(packed, state[1])):
+                state[1] = [m.payload for m in packed]
+                state[0] = self.bind(args)  # (which runs the call once)
+                return
+            state[0]()
+        run.arrays, run.state = args, state
+        return run
 
     def _full(self, args: Mapping, quiet: bool, slot: "_Slot | None" = None) -> "Replay | None":
         """The checked path of ``execute``; returns the replay it recorded (in ``slot``,

@@ -581,11 +581,16 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                     a, lda = a4.view(a.dtype), 4
                 if spread and ao:  # pragma: no cover - a dense plain array is read in place
                     raise RuntimeError("internal: a batch item packed with a compensation while spread")
-                plan = self._plan(packed, choice, views, lda, rows, output, item_threads)
+                # (spread items each need a plan of their own: their calls run together,
+                # after every item's plan was pointed, even where they share the weights)
+                plan = self._plan(packed, choice, views, lda, rows, output, item_threads, b if spread else None)
             for st in plan.structs:
                 st.dst_scale_inv = dst_scale
             if pd._binary:
-                keep += self._point_binaries(plan, {name: m.array for name, m in mem.items()}, b)
+                # (each operand in logical dim order: a tag other than row-major is read as its
+                # row-major copy, which _replay then declines to repeat)
+                keep += self._point_binaries(plan, {post_op_src1(i): mem[post_op_src1(i)].logical()
+                                                    for i, _ in pd._binary}, b)
             if w is not None:
                 (plan.point if spread else plan.run)(a_b, w, c_all[b], zp_src)
             else:
@@ -793,10 +798,10 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
         return self._kept_plan(key, lambda: GemvPlan(kernel, rows, pd.N, pd.K, pd.K, ldw, pd.N * pd.output.dst_bytes,
                                                      self._output_args(views, None), threads))
 
-    def _plan(self, packed, choice, views, lda, rows, output, threads: int):
+    def _plan(self, packed, choice, views, lda, rows, output, threads: int, item: int | None = None):
         pd = self.pd
         kernel = self._kernel(choice, output)
-        key = (id(packed), kernel.address, views["sp"].ctypes.data, lda, rows, threads)
+        key = (id(packed), kernel.address, views["sp"].ctypes.data, lda, rows, threads, item)
         return self._kept_plan(key, lambda: make_plan(kernel, packed, rows, pd.N, pd.K, lda, pd.N * pd.output.dst_bytes,
                                                       self._output_args(views, views["col_comp"]), threads))
 

@@ -286,6 +286,53 @@ def test_batched_binary_operands_broadcast(isa_path, wb):
             np.testing.assert_array_equal(dst[b], want, err_msg=str(dims))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_items_dealt_to_threads_with_shared_weights(isa_path, threads):
+    """Runtime weights shared by every item (a batch of 1) and an operand per item, which
+    makes the batch a GEMM per item; on two threads items go whole to each. Each item
+    needs its own plan: one plan for all had every item's calls run on the last item's
+    arrays (the others never written, or a crash). Repeated, and on new arrays."""
+    rng = np.random.default_rng(threads)
+    B, M, K, N = 4, 5, 8, 16
+    for dims in [(B, 1, 1), (B, 1, N)]:
+        pd = MatmulDesc(desc((B, M, K), "u8", "abc"), desc((1, K, N), "s8", "abc"), desc((B, M, N), "f32", "abc"),
+                        attr=Attr().set_post_ops(PostOps().binary("mul", desc(dims, "f32", "abc"))),
+                        isa=isa_path, threads=threads)
+        p = pd.create()
+        for _ in range(3):
+            src, wei = _rand(rng, "u8", (B, M, K)), _rand(rng, "s8", (1, K, N))
+            src1 = rng.uniform(-2, 2, dims).astype(np.float32)
+            dst = np.zeros((B, M, N), np.float32)
+            for _ in range(2):
+                p.execute({"src": src, "weights": wei, "dst": dst, "post_op:0:src_1": src1})
+                want = np.matmul(src.astype(np.int64), wei.astype(np.int64)).astype(np.float32) * src1
+                np.testing.assert_array_equal(dst, want, err_msg=str(dims))
+                src[...], wei[...] = _rand(rng, "u8", (B, M, K)), _rand(rng, "s8", (1, K, N))
+
+
+@pytest.mark.parametrize("dims,tag", [((6, 20), "ba"), ((3, 6, 20), "acb"), ((3, 6, 20), "bac")])
+def test_binary_operands_in_any_plain_tag(dims, tag):
+    """A binary operand's tag says how its bytes lie; the kernel reads row-major, so any
+    other tag is read through its logical view (copied), as a Memory or as an array of
+    the logical shape (both had been read as if row-major)."""
+    rng = np.random.default_rng(len(tag))
+    src_d, wei_d = dims[:-1] + (12,), dims[:-2] + (12, dims[-1])
+    src, wei = _rand(rng, "u8", src_d), _rand(rng, "s8", wei_d)
+    src1 = rng.uniform(-2, 2, dims).astype(np.float32)
+    plain = "ab" if len(dims) == 2 else "abc"
+    pd = MatmulDesc(desc(src_d, "u8", plain), desc(wei_d, "s8", plain), desc(dims, "f32", plain),
+                    attr=Attr().set_post_ops(PostOps().binary("add", desc(dims, "f32", tag))))
+    p = pd.create()
+    want = np.matmul(src.astype(np.int64), wei.astype(np.int64)).astype(np.float32) + src1
+    memory = Memory(desc(dims, "f32", tag))
+    memory.logical()[...] = src1
+    for operand in (memory, memory.logical()):
+        for _ in range(2):
+            dst = np.zeros(dims, np.float32)
+            p.execute({"src": src, "weights": wei, "dst": dst, "post_op:0:src_1": operand})
+            np.testing.assert_array_equal(dst, want)
+
+
 def test_batched_matmul_batch_dims_must_broadcast_to_dst():
     def make(sb, wb, db):
         return MatmulDesc(desc((sb, 4, 8), "u8", "abc"), desc((wb, 8, 5), "s8", "abc"), desc((db, 4, 5), "s32", "abc"))

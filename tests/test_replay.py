@@ -363,6 +363,51 @@ def test_bound_call_runs_the_kernels_on_the_current_values(monkeypatch):
             _no_setup(p, m)
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512_core_vnni"])
+@pytest.mark.parametrize("kind", ["matmul", "conv"])
+def test_bound_call_follows_weights_reordered_into_its_packed_memory(kind, isa):
+    """New weights reordered into the bound packed memory bring a new compensation (an s8
+    source) and, without VNNI, maybe another kernel (the widening one for full-range
+    weights): the bound call sets up again for them (it had mixed them with the old)."""
+    from runtime.isa import cpu_supports
+
+    if not cpu_supports(isa):
+        pytest.skip(f"CPU lacks {isa}")
+    rng = np.random.default_rng(3)
+    if kind == "matmul":
+        w_dims, w_tag = (64, 32), "ab"
+        pd = MatmulDesc(desc((8, 64), "s8", "ab"), desc(w_dims, "s8", "any"), desc((8, 32), "s32", "ab"), isa=isa)
+        x = rng.integers(-128, 128, (8, 64)).astype(np.int8)
+        y = np.zeros((8, 32), np.int32)
+
+        def want(w):
+            return x.astype(np.int64) @ w.astype(np.int64)
+    else:
+        w_dims, w_tag = (16, 16, 1, 1), "oihw"
+        pd = ConvolutionDesc(desc((1, 16, 6, 6), "s8", "nhwc"), desc(w_dims, "s8", "any"),
+                             desc((1, 16, 6, 6), "s32", "nhwc"), isa=isa)
+        x = rng.integers(-128, 128, (1, 6, 6, 16)).astype(np.int8)
+        y = np.zeros((1, 6, 6, 16), np.int32)
+
+        def want(w):
+            return np.einsum("nhwc,oc->nhwo", x.astype(np.int64), w[:, :, 0, 0].astype(np.int64))
+    packed = Memory(pd.weights_desc())
+    reorder = reorder_desc(desc(w_dims, "s8", w_tag), pd.weights_desc()).create()
+    w = rng.integers(-20, 21, w_dims).astype(np.int8)
+    reorder.execute({"src": w, "dst": packed})
+    run = pd.create().bind({"src": x, "weights": packed, "dst": y})
+    for low, high in [(-128, 128), (-20, 21), (-128, 128)]:
+        w = rng.integers(low, high, w_dims).astype(np.int8)
+        reorder.execute({"src": w, "dst": packed})
+        for _ in range(2):
+            y[...] = 0
+            run()
+            np.testing.assert_array_equal(y, want(w))
+        x[...] = rng.integers(-128, 128, x.shape)
+        run()
+        np.testing.assert_array_equal(y, want(w))
+
+
 def test_bound_call_keeps_its_scales_and_scratchpad():
     """A bound call reads the scales and bias as they were at bind time (bind again after
     changing them), and other executions of the same primitive, same shape, other values,
