@@ -146,7 +146,7 @@ class Geometry:
         """The window columns (first kw, end kw) of output column ``w`` that lie inside the
         source's width (W not dilated; empty where the window is all padding)."""
         x0 = w * self.stride[2] - self.pad_l[2]  # the window's first source column
-        lo = max(0, -x0)
+        lo = min(max(0, -x0), self.ker[2])  # (padding wider than the window: all of it, (KW, KW))
         return lo, max(lo, min(self.ker[2], self.src[2] - x0))
 
     def cut_columns(self) -> tuple:

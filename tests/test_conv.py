@@ -52,8 +52,8 @@ def problems(draw):
     icg, ocg = draw(st.integers(1, 12)), draw(st.integers(1, 40))
     ker = tuple(draw(st.integers(1, 3)) for _ in range(sp))
     dil = tuple(draw(st.integers(0, 1)) for _ in range(sp))
-    pad_l = tuple(draw(st.integers(0, 2)) for _ in range(sp))
-    pad_r = tuple(draw(st.integers(0, 2)) for _ in range(sp))
+    pad_l = tuple(draw(st.integers(0, 3)) for _ in range(sp))  # (3: wider than some windows)
+    pad_r = tuple(draw(st.integers(0, 3)) for _ in range(sp))
     strides = tuple(draw(st.integers(1, 2)) for _ in range(sp))
     size = []
     for i in range(sp):
@@ -704,6 +704,8 @@ CUT_CASES = [  # (size, ker, strides, pad_l, pad_r, channels): rows read from th
     ((3, 40), (3, 3), (1, 1), (1, 1), (1, 1), 8),  # 40 wide: a loop of uncut blocks
     ((9, 9), (7, 7), (2, 2), (3, 3), (3, 3), 4),  # the stem's window: two cut pixels a side
     ((4, 5), (1, 3), (1, 1), (0, 2), (0, 3), 8),  # windows wholly in the padding: pixels that read nothing
+    ((4, 4), (2, 2), (1, 1), (0, 3), (0, 0), 4),  # left padding wider than the window (its cut had run past it)
+    ((5, 9), (3, 2), (1, 2), (1, 5), (0, 4), 8),  # strided, both sides wider than the window
     ((6,), (5,), (1,), (4,), (2,), 16),  # 1-D
     ((3, 4, 7), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 8),  # 3-D: every (kd, kh) run cut alike
     ((4, 3, 9), (2, 1, 5), (2, 1, 2), (0, 0, 2), (1, 0, 3), 4),  # 3-D, strided, padded behind in depth
