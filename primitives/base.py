@@ -671,6 +671,8 @@ def kept_setup(kind: str, key, make: Callable[[], Any], size: int = _SLOTS):
     table = kept_setups(kind)
     try:
         entry = table.pop(key, None)  # (put back last: the least recently used goes first)
+        if entry is None:
+            hash(key)  # (an empty table's pop hashes nothing)
     except TypeError:  # (an argument that is not hashable: make() says what is wrong with it)
         return make()
     if entry is None:

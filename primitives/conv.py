@@ -125,11 +125,14 @@ class ConvolutionDesc(PrimitiveDesc):
             except ImportError:
                 return super().__new__(cls)
             nd = src_md.ndims - 2
-            try:
-                return DepthwiseConvDesc(src_md, weights_md, dst_md, bias_md, strides=strides or (1,) * nd,
-                                         padding_l=padding_l or (0,) * nd, padding_r=padding_r or padding_l
-                                         or (0,) * nd, dilation=dilation or (0,) * nd, attr=attr, isa=isa,
-                                         threads=threads)
+            try:  # (the general path's defaults and checks: a bad value is refused there, by name)
+                pad_l = _tuple("padding_l", (0,) * nd if padding_l is None else padding_l, nd, 0)
+                return DepthwiseConvDesc(
+                    src_md, weights_md, dst_md, bias_md,
+                    strides=_tuple("strides", (1,) * nd if strides is None else strides, nd, 1), padding_l=pad_l,
+                    padding_r=_tuple("padding_r", pad_l if padding_r is None else padding_r, nd, 0),
+                    dilation=_tuple("dilation", (0,) * nd if dilation is None else dilation, nd, 0),
+                    attr=attr, isa=isa, threads=threads)
             except (ValueError, TypeError) as why:
                 if verbose.enabled("dispatch"):
                     verbose.dispatch("convolution", "depthwise", str(why))

@@ -418,6 +418,28 @@ def test_bad_input(bad, arg):
         DepthwiseConvDesc(src, wei, dst, **kw)
 
 
+@pytest.mark.parametrize("strides", [0, (), (0, 1), (1,)])
+def test_convolution_desc_refuses_bad_strides_for_depthwise_layers_too(strides):
+    """ConvolutionDesc tries the depthwise kernel first with the general path's defaults;
+    a falsy bad value (0, ()) had been taken as "not given" there, and run at stride 1."""
+    from primitives.conv import ConvolutionDesc
+
+    src, wei, dst = _descs()
+    with pytest.raises(ValueError, match=r"^strides: expected 2 integers >= 1"):
+        ConvolutionDesc(src, wei, dst, strides=strides)
+
+
+@pytest.mark.parametrize("padding_l,padding_r,out", [(1, 0, 5), (1, (0, 0), 5), ((1, 1), None, 6), (None, None, 4)])
+def test_convolution_desc_takes_depthwise_paddings_as_the_general_path_does(padding_l, padding_r, out):
+    """An int padding (or padding_r left out: padding_l's) reaches the depthwise kernel as
+    the general path reads it (padding_r=0 had been replaced by padding_l there)."""
+    from primitives.conv import ConvolutionDesc
+
+    src, wei, _ = _descs()
+    pd = ConvolutionDesc(src, wei, desc((1, 8, out, out), "u8", "nhwc"), padding_l=padding_l, padding_r=padding_r)
+    assert pd.impl_info()["impl"].startswith("depthwise:")
+
+
 def test_impl_info_and_policies():
     src, wei, dst = _descs()
     for policy in ("exact", "faithful", "halve_weights"):

@@ -386,6 +386,20 @@ def test_bad_pool2d_arguments():
         pool2d(x, 2, stride=0)
 
 
+def test_pool2d_takes_lists_at_a_threads_first_call():
+    """A list argument cannot key a kept set-up; the first call of a thread (an empty
+    table of them) had failed on it with a bare TypeError, later ones worked."""
+    import threading
+
+    x = np.arange(2 * 6 * 6 * 4).astype(np.uint8).reshape(2, 6, 6, 4)
+    want = pooling_ref(x, "max", (3, 3), (3, 3), (0, 0), (0, 0))
+    got = []
+    thread = threading.Thread(target=lambda: got.append(pool2d(x, [3, 3])))  # (a fresh thread: no kept set-ups)
+    thread.start()
+    thread.join()
+    assert len(got) == 1 and np.array_equal(got[0], want)
+
+
 def test_pool2d_calls_keep_their_setup(monkeypatch):
     """pool2d keeps each call signature's primitive (per thread): calls like an earlier one
     (new values, new arrays, a non-contiguous view) build no descriptor and stay exact; its
