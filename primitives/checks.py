@@ -57,8 +57,8 @@ def check_matrix(name: str, array, dtype, rows: int, cols: int, ld: int, *, writ
     width ``ld``, or a column slice of a wider one) or a contiguous 1-D buffer; with
     ``rows`` or ``cols`` of 0, any 1-D or 2-D array of the dtype.
     """
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")
+    if not isinstance(array, np.ndarray) or isinstance(array, np.matrix):  # (a matrix's rows stay 2-D)
+        raise TypeError(f"{name}: expected a numpy array (np.asarray of a matrix), got {type(array).__name__}")
     if array.dtype != np.dtype(dtype):
         raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {dtype_text(array.dtype)}")
     if ld < cols:

@@ -434,8 +434,10 @@ class Gemm:
         run, now = plan.calls.run, [a, C, co]  # (the fix reads them at every call)
 
         def move(arrays: dict) -> None:
-            if fixes:  # (the fix reads them: arrays over their memory, not the caller's)
-                now[:] = (unowned(arrays[name]) if name in arrays else None for name in ("A", "C", "co"))
+            if fixes:  # (the fix reads them: arrays over their memory, not the caller's; co flat, as checked)
+                co_now = arrays.get("co")
+                now[:] = unowned(arrays["A"]), unowned(arrays["C"]), None if co_now is None else \
+                    unowned(co_now).reshape(-1)
             self._point_in_place(plan, arrays["A"], arrays["B"], arrays["C"], ao)
         return ((lambda: (run(), self._in_place_fix(now[0], lda, now[1], ao, bo, now[2]))) if fixes else run), move
 

@@ -546,6 +546,25 @@ def test_one_off_calls_keep_their_gemm(isa_path, policy, a_type, offsetc, alpha,
     assert len(set.intersection(*kept)) >= 1  # the same Gemm served every call
 
 
+@pytest.mark.parametrize("offsetc,co_shape", [("F", ()), ("F", (1, 5)), ("C", (3, 1)), ("R", (5, 1))])
+def test_one_off_calls_take_co_of_any_shape_on_new_arrays(offsetc, co_shape):
+    """co of any shape holding the values it needs (0-d, a column) is read flat, at the
+    first call and at calls on new arrays of the same layouts, which move its replay (B
+    read in place for 1-4 rows: its co is added after the kernels); the move had kept it
+    unflattened: wrong offsets, or an error after C was written."""
+    rng = np.random.default_rng(len(co_shape))
+    M, N, K = 3, 5, 32
+    for _ in range(3):
+        A = rng.integers(0, 256, (M, K)).astype(np.uint8)
+        B = rng.integers(-128, 128, (K, N)).astype(np.int8)
+        C = np.full((M, N), -1, np.int32)
+        co = np.arange(1, 1 + int(np.prod(co_shape)), dtype=np.int32).reshape(co_shape)
+        flat = co.reshape(-1)
+        want = A.astype(np.int64) @ B.astype(np.int64) + {"F": flat[0], "C": flat[:M, None], "R": flat[None, :N]}[offsetc]
+        gemm_u8s8s32("N", "N", offsetc, M, N, K, 1.0, A, K, 0, B, N, 0, 0.0, C, N, co)
+        np.testing.assert_array_equal(C, want)
+
+
 def test_one_off_calls_follow_the_settings(monkeypatch):
     """The same one-off call again takes the kept Gemm only while the ISA cap (the
     environment's, the API's) and the thread count it was made under hold: a changed
@@ -865,6 +884,7 @@ def _call(fn=gemm_u8s8s32, **over):
     (dict(co=np.zeros(1, np.int64)), TypeError, r"^co: "),
     (dict(co=[0]), TypeError, r"^co: "),
     (dict(A=[[0] * 6] * 4), TypeError, r"^A: .*numpy"),
+    (dict(B=np.zeros((5, 6), np.int8).view(np.matrix), transb="T", ldb=6), TypeError, r"^B: .*matrix"),
     (dict(A=np.zeros((3, 6), np.uint8)), ValueError, r"^A: .*4x6"),
     (dict(B=np.zeros((6, 4), np.int8), ldb=4), ValueError, r"^ldb: .*4"),
     (dict(B=np.zeros((5, 5), np.int8)), ValueError, r"^B: .*6x5"),
