@@ -239,8 +239,9 @@ class Gemm:
     0 or 1), read in place as oneDNN reads it (``impl_info()["runtime_weights"]``).
 
     One Gemm runs one call at a time (its argument structs point at that call's arrays):
-    Python threads that call at once need a Gemm each, as the one-off functions keep one
-    per thread. (A primitive's ``execute`` may be called from several threads at once.)
+    calls from Python threads at once take turns (a lock), so threads that should run
+    in parallel need a Gemm each, as the one-off functions keep one per thread. (A
+    primitive's ``execute`` runs from several threads at once.)
 
     Example::
 
@@ -332,6 +333,7 @@ class Gemm:
         self._comps_cache: _Comps | None = None
         self._plan_cache: tuple | None = None  # (key, plan, comps, shifted A buffer)
         self._replay: tuple | None = None  # ((ao, bo), Replay): the last call, to run again (see execute)
+        self._busy = threading.Lock()
 
     # -- creation-time decisions -------------------------------------------------------
     def _pack(self, B: np.ndarray, proof: bool = True) -> tuple[PackedB | None, Choice]:
@@ -486,6 +488,11 @@ class Gemm:
         same shapes, types and strides (co's values the same, C over none of the others)
         take that call too, its kernels pointed at them (``Replay.moves``).
         """
+        with self._busy:  # (two threads at once would point one struct at both's arrays)
+            self._call(A, C, B, ao, bo, co)
+
+    def _call(self, A, C, B, ao, bo, co) -> None:
+        """:meth:`execute` by a thread that holds this Gemm alone (the one-off calls' own)."""
         replay = self._replay
         args = _gemm_args(A, B, C, co) if type(ao) is int and type(bo) is int else None  # (else: no replay)
         if replay is not None and args is not None and replay[0] == (ao, bo) \
@@ -817,7 +824,7 @@ def _gemm_call(a_type, transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, l
                                     lda=lda, ldb=ldb, ldc=ldc, alpha=alpha, beta=beta, policy=policy,
                                     isa=isa, threads=threads), _ONE_OFF_KEPT)
         _LAST_CALL.call = (scalars, (isa, threads), now, g)
-    g.execute(A, C, B=B, ao=ao, bo=bo, co=co)
+    g._call(A, C, B, ao, bo, co)  # (this thread's own Gemm: no lock)
     return g
 
 

@@ -565,6 +565,39 @@ def test_one_off_calls_take_co_of_any_shape_on_new_arrays(offsetc, co_shape):
         np.testing.assert_array_equal(C, want)
 
 
+@pytest.mark.parametrize("runtime_b", [False, True])
+def test_one_gemm_called_from_threads_at_once(runtime_b):
+    """Calls of one Gemm from several Python threads take turns: each gets its own product
+    (its structs had pointed at whichever thread's arrays came last: wrong results, or
+    a crash). Each thread new arrays at every call, and the same arrays again."""
+    import threading
+
+    M, N, K = 16, 96, 64
+    rng = np.random.default_rng(9)
+    B = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    g = Gemm(M, N, K) if runtime_b else Gemm(M, N, K, B=B)
+    bad, errors = [], []
+
+    def worker(seed):
+        r = np.random.default_rng(seed)
+        try:
+            for i in range(150):
+                A = r.integers(0, 256, (M, K)).astype(np.uint8)
+                C = np.full((M, N), 7, np.int32)
+                for _ in range(1 + i % 2):
+                    g.execute(A, C, B=B if runtime_b else None)
+                    if not np.array_equal(C, A.astype(np.int64) @ B.astype(np.int64)):
+                        bad.append(seed)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not bad, (errors, len(bad))
+
+
 def test_one_off_calls_follow_the_settings(monkeypatch):
     """The same one-off call again takes the kept Gemm only while the ISA cap (the
     environment's, the API's) and the thread count it was made under hold: a changed
