@@ -427,7 +427,7 @@ class Primitive:
 
     def execute(self, args: Mapping[str, Memory | np.ndarray]) -> None:
         """Run the primitive on ``args`` (name -> Memory or numpy array); see the module docstring."""
-        quiet = not verbose.enabled("exec")
+        quiet = verbose.exec_quiet()
         if type(args) is dict:
             local = self._local
             # This thread's last replay first: a network calls a layer with one argument
@@ -483,7 +483,7 @@ class Primitive:
         args = dict(args)  # the set bound: later changes to the caller's dict do not count
         spec, slot = self._spec(), _Slot()
         shared = spec.user_scratchpad and spec.scratch_need  # the caller's: others may set up there
-        replay = self._full(args, not verbose.enabled("exec"), slot)
+        replay = self._full(args, verbose.exec_quiet(), slot)
         if slot.scratchpad is not None:  # what the primitive keeps about it goes with the slot
             weakref.finalize(slot, self._scratchpad_gone, slot.scratchpad.ctypes.data)
         if replay is None or shared or replay.check is not None:  # (check: a test at every call)

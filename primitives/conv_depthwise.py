@@ -572,7 +572,7 @@ class DepthwiseConv(Primitive):
         weights, as :func:`~primitives.base.slot_key` tells them apart) has its own
         structs and replay, so layers of one shape, which share this primitive, replay in
         turn; a call with new arrays laid out alike moves it (Replay.moves)."""
-        quiet, last = not verbose.enabled("exec"), None
+        quiet, last = verbose.exec_quiet(), None
         if type(args) is dict and quiet:
             # The replay of this thread's last argument set first, before finding its set's
             # (a network calls a layer with one set; 576@14/2 with new arrays: -0.4 us a call).

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ from jit.gemv_kernel import gemv_kernel, shifts_s8, takes
 from jit.output import OutputSpec, SumOp
 from jit.pack_kernel import VnniPacker, pack_vnni, vnni_packs
 from jit.repoint import repoint_kernel, repointer
+from primitives import verbose
 from primitives.base import in_force, kept_setup
 from primitives.checks import check_choice, check_dim, check_disjoint, check_int_range, check_matrix, check_vector
 from primitives.gemm_pack import PackedB, cell_share, pack_b, saturation_proof, unsafe_pairs
@@ -273,6 +275,7 @@ class Gemm:
         isa: str | None = None,
         threads: int | None = None,
     ):
+        t0 = time.perf_counter()
         # Zero is a valid size, as in oneDNN and numpy: nothing to multiply (see execute).
         self.M, self.N, self.K = check_dim("M", M, 0), check_dim("N", N, 0), check_dim("K", K, 0)
         if a_type not in ("u8", "s8"):
@@ -334,6 +337,20 @@ class Gemm:
         self._plan_cache: tuple | None = None  # (key, plan, comps, shifted A buffer)
         self._replay: tuple | None = None  # ((ao, bo), Replay): the last call, to run again (see execute)
         self._busy = threading.Lock()
+        if verbose.enabled("create"):
+            self._log("create", (time.perf_counter() - t0) * 1e3)
+
+    def _log(self, kind: str, ms: float) -> None:
+        """A verbose line (``INT8JIT_VERBOSE``) for this GEMM's creation or a call, as a
+        primitive's: oneDNN's verbose mode logs its GEMM API's calls too."""
+        choice = self._choice or self._last_choice or self._runtime or decide(self.isa, self.policy, None, self.N)
+        descs = (f"a:{self.a_type}:{self.transa}:{self.M}x{self.K} b:s8:{self.transb}:{self.K}x{self.N} "
+                 f"c:s32:{self.offsetc}:{self.M}x{self.N} ld:{self.lda}/{self.ldb}/{self.ldc}")
+        attrs = f"alpha:{self.alpha:g} beta:{self.beta:g} policy:{self.policy}"
+        isa = "any" if self._empty and self._k_zero is None else self.isa
+        (verbose.create if kind == "create" else verbose.execution)(
+            "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32", f"gemm:{isa}:{choice.path.kind}", isa, descs,
+            attrs, ms)
 
     # -- creation-time decisions -------------------------------------------------------
     def _pack(self, B: np.ndarray, proof: bool = True) -> tuple[PackedB | None, Choice]:
@@ -491,8 +508,13 @@ class Gemm:
         with self._busy:  # (two threads at once would point one struct at both's arrays)
             self._call(A, C, B, ao, bo, co)
 
-    def _call(self, A, C, B, ao, bo, co) -> None:
+    def _call(self, A, C, B, ao, bo, co, logged: bool = False) -> None:
         """:meth:`execute` by a thread that holds this Gemm alone (the one-off calls' own)."""
+        if not logged and not verbose.exec_quiet():
+            t0 = time.perf_counter()
+            self._call(A, C, B, ao, bo, co, True)
+            self._log("exec", (time.perf_counter() - t0) * 1e3)
+            return
         replay = self._replay
         args = _gemm_args(A, B, C, co) if type(ao) is int and type(bo) is int else None  # (else: no replay)
         if replay is not None and args is not None and replay[0] == (ao, bo) \

@@ -89,6 +89,18 @@ def flags() -> frozenset[str]:
     return result
 
 
+_KEY = os.environ.encodekey(ENV)  # (os.environ's own mapping's key for it)
+
+
+def exec_quiet() -> bool:
+    """No ``exec`` lines now: the test every execution makes. An unset variable is
+    answered from os.environ's own mapping (60 ns, against 150 through :func:`flags`)."""
+    data = getattr(os.environ, "_data", None)
+    if type(data) is dict and _KEY not in data:
+        return True
+    return "exec" not in flags()
+
+
 def enabled(kind: str) -> bool:
     """Whether lines of ``kind`` (``create``, ``exec``, ``dispatch``) are printed now."""
     return kind in flags()
@@ -131,5 +143,5 @@ def dispatch(primitive: str, impl: str, reason: str) -> None:
     emit("dispatch", primitive, impl, reason)
 
 
-__all__ = ["ENV", "ENV_TIMESTAMP", "PREFIX", "KINDS", "flags", "enabled", "emit", "create", "execution",
-           "dispatch"]
+__all__ = ["ENV", "ENV_TIMESTAMP", "PREFIX", "KINDS", "flags", "exec_quiet", "enabled", "emit", "create",
+           "execution", "dispatch"]

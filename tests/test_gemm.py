@@ -598,6 +598,37 @@ def test_one_gemm_called_from_threads_at_once(runtime_b):
     assert not errors and not bad, (errors, len(bad))
 
 
+def test_verbose_lines_for_the_gemm_api(monkeypatch, capsys):
+    """INT8JIT_VERBOSE logs the GEMM API as oneDNN's verbose mode does: a create line per
+    Gemm made (a one-off call's kept Gemm once), an exec line per call, replayed or not;
+    none when unset."""
+    from primitives import verbose
+
+    A, B = np.full((2, 5), 2, np.uint8), np.ones((5, 3), np.int8)
+    C = np.zeros((2, 3), np.int32)
+
+    def lines():
+        return [line.split(",") for line in capsys.readouterr().err.splitlines()
+                if line.startswith("int8jit_verbose")]
+    monkeypatch.delenv(verbose.ENV, raising=False)
+    Gemm(2, 3, 5, B=B).execute(A, C)
+    assert lines() == []
+    monkeypatch.setenv(verbose.ENV, "1")
+    g = Gemm(2, 3, 5, B=B, isa="avx2", policy="faithful")
+    g.execute(A, C)
+    g.execute(A, C)
+    for _ in range(2):
+        gemm_s8s8s32("T", "N", "C", 2, 3, 5, 0.5, A.view(np.int8).T.copy(), 2, 0, B, 3, 0, 0.0, C, 3,
+                     np.zeros(2, np.int32), isa="avx2")
+    got = lines()
+    assert [f[1] for f in got] == ["create", "exec", "exec", "create", "exec", "exec"]
+    assert all(len(f) == 8 and float(f[7]) >= 0 for f in got)
+    assert got[0][2:7] == ["gemm_u8s8s32", "gemm:avx2:maddubsw", "avx2",
+                           "a:u8:N:2x5 b:s8:N:5x3 c:s32:F:2x3 ld:5/3/3", "alpha:1 beta:0 policy:faithful"]
+    assert got[3][2] == "gemm_s8s8s32" and got[3][5] == "a:s8:T:2x5 b:s8:N:5x3 c:s32:C:2x3 ld:2/3/3"
+    assert got[3][6] == "alpha:0.5 beta:0 policy:exact"
+
+
 def test_one_off_calls_follow_the_settings(monkeypatch):
     """The same one-off call again takes the kept Gemm only while the ISA cap (the
     environment's, the API's) and the thread count it was made under hold: a changed
