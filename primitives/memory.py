@@ -614,6 +614,9 @@ def as_memory(x: Memory | np.ndarray | Any, name: str, md: MemoryDesc | None = N
     if isinstance(x, Memory):
         if md is not None and not (md.is_any and x.desc.dims == md.dims and x.desc.dt == md.dt) \
                 and not md.same_layout(x.desc):
+            if x.desc.is_packed and md.is_packed:  # (their texts agree: say which layouts differ)
+                raise ValueError(f"{name}: memory is packed as {x.desc.layout!r}; this primitive reads "
+                                 f"{md.layout!r} (reorder the weights into its weights_desc())")
             raise ValueError(f"{name}: memory is {x.desc}; expected {md}")
         return x
     if isinstance(x, np.generic):  # a numpy scalar (e.g. one scale): a 1-element array

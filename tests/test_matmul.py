@@ -333,6 +333,22 @@ def test_binary_operands_in_any_plain_tag(dims, tag):
             np.testing.assert_array_equal(dst, want)
 
 
+def test_weights_packed_for_another_primitive_are_refused_saying_how():
+    """Packed weights of another layout (here another policy's) print alike as
+    descriptors; the error names the two layouts instead."""
+    made = {}
+    for policy in ("exact", "faithful"):
+        made[policy] = MatmulDesc(desc((3, 16), "u8", "ab"), desc((16, 40), "s8", "any"), desc((3, 40), "s32", "ab"),
+                                  attr=Attr(policy=policy), isa="avx2")
+    packed = Memory(made["exact"].weights_desc())
+    reorder_desc(desc((16, 40), "s8", "ab"), made["exact"].weights_desc()).create().execute(
+        {"src": np.ones((16, 40), np.int8), "dst": packed})
+    with pytest.raises(ValueError, match=r"^weights: memory is packed as .*policy='exact'.*; this primitive reads "
+                                         r".*policy='faithful'.*reorder the weights into its weights_desc"):
+        made["faithful"].create().execute({"src": np.ones((3, 16), np.uint8), "weights": packed,
+                                           "dst": np.zeros((3, 40), np.int32)})
+
+
 def test_batched_matmul_batch_dims_must_broadcast_to_dst():
     def make(sb, wb, db):
         return MatmulDesc(desc((sb, 4, 8), "u8", "abc"), desc((wb, 8, 5), "s8", "abc"), desc((db, 4, 5), "s32", "abc"))
