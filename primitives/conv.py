@@ -478,6 +478,7 @@ class _Convolution(GemmKernels, Primitive):
 
         # The source as the kernel reads it.
         zp_src = int(mem[zero_points(SRC)].array[0]) if zero_points(SRC) in mem else 0
+        fill = zp_src  # (what the padded copy's padding holds)
         src = mem[SRC]
         copy_source = None  # the padded copy of the source, when the kernel cannot read it as is
         rows_src = None  # or: the source whose rows the threads copy themselves (see _plan)
@@ -486,16 +487,20 @@ class _Convolution(GemmKernels, Primitive):
         else:
             lo, hi = pd._zp_src_range
             if not lo <= zp_src <= hi:
-                raise ValueError(f"zero_points:src: {zp_src} is outside the {src.desc.dt} range [{lo}, {hi}]; "
-                                 "convolution pads the source with its zero point")
+                if any(g.pad_l) or any(g.pad_r):
+                    raise ValueError(f"zero_points:src: {zp_src} is outside the {src.desc.dt} range [{lo}, {hi}]; "
+                                     "convolution pads the source with its zero point")
+                # (no pixel of padding: what the copy adds are channels whose weights are 0,
+                # any value will do there; the compensation carries the zero point)
+                fill = min(max(zp_src, lo), hi)
             # The padded copy, or the edge strips: its borders (and padded channels) keep
             # their zero point from one call to the next; only the source's part is rewritten.
             # (Edge columns, pd._edges, read the source in place: no buffer, but the same
             # range rule, so whether a zero point is taken does not hang on the blocking.)
             a = sp[:pd._pad_bytes].view(src.array.dtype)
-            if a.size and (not kept or self._filled.get(a.ctypes.data) != zp_src):
-                a.fill(zp_src)
-                self._filled[a.ctypes.data] = zp_src
+            if a.size and (not kept or self._filled.get(a.ctypes.data) != fill):
+                a.fill(fill)
+                self._filled[a.ctypes.data] = fill
             if pd._strips:  # read in place; the threads copy the edges into the strips (but for _edges)
                 a, pixel, rows_src = src.array, g.icg, src.array
             else:
@@ -509,7 +514,7 @@ class _Convolution(GemmKernels, Primitive):
                 if pd._copies_rows() and x.flags.c_contiguous and np.may_share_memory(x, src.array):
                     rows_src = x  # whole pixels, one depth plane, the user's channels-last array
                 else:
-                    copy_source = _source_copy(interior, x, a, g, zp_src)
+                    copy_source = _source_copy(interior, x, a, g, fill)
         dst = mem[DST]
         c_nhwc = None
         if pd._dst_tmp_bytes:  # a channels-first dst: computed channels-last, transposed after
@@ -612,7 +617,7 @@ class _Convolution(GemmKernels, Primitive):
                 return
             x = unowned(x)  # (kept by the closures below: never the caller's arrays themselves)
             if copy_source is not None:
-                copy_source = _source_copy(interior, x, a, g, zp_src)
+                copy_source = _source_copy(interior, x, a, g, fill)
             if logical is not None:
                 dst_logical = unowned(logical(arrays[DST]))
             binaries = self._binaries({name: Memory.trusted(mem[name].desc, arrays[name])
@@ -630,7 +635,7 @@ class _Convolution(GemmKernels, Primitive):
         # padded source's borders (and strips) filled with the zero point again.
         pad = sp[:pd._pad_bytes] if not pd._direct_src() and pd._pad_bytes else None
         return restoring(replay, sp[tmp_end: tmp_end + pd._cols_bytes], None if pad is None else
-                         functools.partial(pad.fill, (zp_src & 0xFF)))
+                         functools.partial(pad.fill, (fill & 0xFF)))
 
     def _plain_packs(self, wmem: Memory) -> list:
         """Plain weights packed (``pd._layout.pack_all``), from a one-entry cache while

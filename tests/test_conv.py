@@ -533,11 +533,36 @@ def test_bad_input(case):
     elif case == "dst_dims":
         with pytest.raises(ValueError, match="dst"):
             ConvolutionDesc(src, wei, desc((1, 4, 5, 5), "u8", "nhwc"))
-    else:
-        pd = ConvolutionDesc(src, wei, dst, padding_l=(0, 0), attr=Attr(zero_points={"src": 0}))
+    else:  # (a zero point that the padding cannot hold in the source's type)
+        pd = ConvolutionDesc(src, wei, desc((1, 4, 5, 5), "u8", "nhwc"), padding_l=(1, 1),
+                             attr=Attr(zero_points={"src": 0}))
         with pytest.raises(ValueError, match="zero_points:src"):
             pd.create().execute({"src": np.zeros((1, 5, 5, 6), np.uint8), "weights": np.zeros((4, 6, 3, 3), np.int8),
-                                 "dst": np.zeros((1, 3, 3, 4), np.uint8), "zero_points:src": np.int32([300])})
+                                 "dst": np.zeros((1, 5, 5, 4), np.uint8), "zero_points:src": np.int32([300])})
+
+
+@pytest.mark.parametrize("tag,ic,groups", [("nhwc", 8, 1), ("nchw", 8, 1), ("nhwc", 6, 1), ("nhwc", 8, 2)])
+def test_source_zero_points_outside_the_type_without_padding(isa_path, tag, ic, groups):
+    """A zero point outside the source's type (oneDNN's are s32) with no spatial padding:
+    the source read in place or copied (channels first, channels padded to 4, groups),
+    exact either way; the copy's padded channels meet weights of 0, so their fill may be
+    any value (it had been refused as if it padded pixels)."""
+    rng = np.random.default_rng(ic + groups)
+    wshape = (groups, 4, ic // groups, 3, 3) if groups > 1 else (4, ic, 3, 3)
+    pd = ConvolutionDesc(desc((1, ic, 5, 5), "u8", tag), desc(wshape, "s8", "any"),
+                         desc((1, 4 * groups if groups > 1 else 4, 3, 3), "s32", tag),
+                         attr=Attr(zero_points={"src": 0}), isa=isa_path)
+    w = rng.integers(-128, 128, wshape).astype(np.int8)
+    packed = Memory(pd.weights_desc())
+    reorder_desc(desc(wshape, "s8", "goihw" if groups > 1 else "oihw"), pd.weights_desc()).create().execute(
+        {"src": w, "dst": packed})
+    x = rng.integers(0, 256, (1, ic, 5, 5)).astype(np.uint8)
+    prim = pd.create()
+    for zp in (300, -7, 2**20):
+        y = np.zeros(pd.dst_desc().physical_shape, np.int32)
+        prim.execute({"src": _physical(x, tag), "weights": packed, "dst": y, "zero_points:src": np.int32([zp])})
+        want = conv_sum(x.astype(np.int64) - zp, w, (1, 1), (0, 0), (0, 0), (0, 0))
+        np.testing.assert_array_equal(y, _physical(want.astype(np.int32), tag))
 
 
 def test_guard_pages(isa_path, guarded):
