@@ -481,21 +481,27 @@ class Primitive:
             raise TypeError(f"args: expected a dict of argument name -> Memory or numpy array, "
                             f"got {type(args).__name__}")
         args = dict(args)  # the set bound: later changes to the caller's dict do not count
+        bound, replayed = self._bound(args)
+        packed = [m for m in args.values() if type(m) is Memory and m.desc.is_packed]
+        return self._rebinding(bound, args, packed) if packed and replayed else bound
+
+    def _bound(self, args: dict) -> tuple[Callable[[], None], bool]:
+        """:meth:`bind`'s call for ``args`` (executed once here), and whether it replays
+        (else it is ``execute(args)``)."""
         spec, slot = self._spec(), _Slot()
         shared = spec.user_scratchpad and spec.scratch_need  # the caller's: others may set up there
         replay = self._full(args, verbose.exec_quiet(), slot)
         if slot.scratchpad is not None:  # what the primitive keeps about it goes with the slot
             weakref.finalize(slot, self._scratchpad_gone, slot.scratchpad.ctypes.data)
         if replay is None or shared or replay.check is not None:  # (check: a test at every call)
-            return functools.partial(self.execute, args)  # (verbose: each call prints its line)
+            return functools.partial(self.execute, args), False  # (verbose: each call prints its line)
         bound = functools.partial(replay.run)
         bound.arrays = args  # (its kernels run on them with no test: they live as long as the call)
         bound.slot = slot  # its scratchpad lives as long as the call
         # So do the primitive and its kernels: the replay's call lists hold bare function
         # pointers, and jit.cache.clear_memory() lets a dropped primitive's code be unmapped.
         bound.primitive = self
-        packed = [m for m in args.values() if type(m) is Memory and m.desc.is_packed]
-        return self._rebinding(bound, args, packed) if packed else bound
+        return bound, True
 
     def _rebinding(self, bound: Callable[[], None], args: dict, packed: list) -> Callable[[], None]:
         """``bound``, bound again where a reorder has written new weights into one of the
@@ -506,10 +512,11 @@ class Primitive:
         def run() -> None:
             if any(m.payload is not p for m, p in zip(packed, state[1])):
                 state[1] = [m.payload for m in packed]
-                state[0] = self.bind(args)  # (which runs the call once)
+                state[0] = self._bound(args)[0]  # (which runs the call once)
+                run.func = state[0].func
                 return
             state[0]()
-        run.arrays, run.state = args, state
+        run.arrays, run.state, run.func = args, state, bound.func  # (func: what it runs, as a partial says)
         return run
 
     def _full(self, args: Mapping, quiet: bool, slot: "_Slot | None" = None) -> "Replay | None":

@@ -562,7 +562,7 @@ class Gemm:
             raise ValueError("B: this Gemm was created without a constant B; pass B= to execute")
         if self._empty:  # M or N of 0: no element of C; K of 0: no product (ao, bo vanish)
             if self._k_zero is not None:
-                self._k_zero.execute(self._k_zero_a, C, co=co)
+                self._k_zero._call(self._k_zero_a, C, None, 0, 0, co, logged=True)  # (its own: no lock, no line)
             return None
 
         pending, self._pending = self._pending, None

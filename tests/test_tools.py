@@ -275,6 +275,108 @@ def test_dump_asm_usage_errors(capsys, argv, needle):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv,option", [
+    (["conv", "--ic", "8", "--oc", "8", "--hw", "8", "--stride", "0"], "--stride"),  # (was ZeroDivisionError)
+    (["conv", "--ic", "8", "--oc", "8", "--hw", "8", "--stride", "-1"], "--stride"),
+    (["conv", "--ic", "8", "--oc", "8", "--hw", "8", "--groups", "0"], "--groups"),  # (was ZeroDivisionError)
+    (["conv", "--ic", "8", "--oc", "8", "--hw", "8", "--groups", "-2"], "--groups"),  # (was taken as 1)
+    (["conv", "--ic", "8", "--oc", "8", "--hw", "8", "--batch", "0"], "--batch"),  # (was "max() arg ...")
+    (["conv", "--ic", "0", "--oc", "8", "--hw", "8"], "--ic"),
+    (["conv", "--ic", "8", "--oc", "-8", "--hw", "8"], "--oc"),
+    (["conv", "--ic", "8", "--oc", "8", "--hw", "-8"], "--hw"),
+    (["conv", "--ic", "8", "--oc", "8", "--hw", "8", "--window", "0"], "--window"),
+    (["conv", "--ic", "8", "--oc", "8", "--hw", "8", "--pad", "-1"], "--pad"),
+    (["conv", "--ic", "8", "--oc", "8", "--hw", "8", "--stride", "two"], "--stride"),
+    (["pool", "--window", "-3"], "--window"),  # (was a "max -3x-3" listing)
+    (["pool", "--window", "0"], "--window"),
+    (["pool", "--depth", "-1"], "--depth"),
+    (["gemm", "--m", "0", "--n", "4", "--k", "4"], "--m"),
+    (["gemm", "--m", "4", "--n", "-4", "--k", "4"], "--n"),
+    (["gemm", "--m", "4", "--n", "4", "--k", "1.5"], "--k"),
+    (["gemm", "--m", "100000000", "--n", "100000", "--k", "1"], "--m 100000000"),  # (was numpy's MemoryError)
+    (["gemm", "--m", "16", "--n", "16000", "--k", "16000", "--weights", "trained"], "GiB"),
+    # halve_weights is convolution's, on every path (avx2_vnni's generated GEMM took it)
+    (["gemm", "--m", "4", "--n", "4", "--k", "4", "--policy", "halve_weights", "--isa", "avx2_vnni"], "--policy"),
+    (["gemm", "--m", "4", "--n", "4", "--k", "4", "--policy", "halve_weights", "--isa", "avx2"], "--policy"),
+    (["gemm", "--m", "4", "--n", "4", "--k", "4", "--policy", "halve_weights", "--isa", "avx512_core_vnni"],
+     "--policy"),
+])
+def test_dump_asm_bad_numbers_and_policies(capsys, argv, option):
+    """A bad value is a usage error naming its option (exit 2, one line), before anything
+    is generated or allocated: never a traceback, never a listing of nonsense."""
+    status, out, err = _dump(capsys, *argv)
+    assert status == 2 and out == "", err
+    assert err.startswith("dump-asm: error:") and option in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["gemm", "--threads", "abc"], "--threads"),  # (was a ValueError traceback)
+    (["gemm", "--threads", "0"], "--threads"),  # (was a table of "int8jit error" rows)
+    (["gemm", "--threads", "1,,0"], "--threads"),
+    (["gemm", "--threads", ","], "--threads"),
+    (["gemm", "--shapes", "4x4x0"], "--shapes"),
+    (["gemm", "--shapes", "4x0x4"], "--shapes"),  # (was "unknown ISA 'any'" rows)
+    (["gemm", "--shapes=-4x4x4"], "--shapes"),
+    (["gemm", "--shapes", "4x4"], "--shapes"),
+    (["gemm", "--min-time", "-1"], "--min-time"),
+    (["gemm", "--min-time", "0"], "--min-time"),
+    (["gemm", "--min-time", "nan"], "--min-time"),
+    (["gemm", "--isa", "avx9"], "--isa"),
+    (["gemm", "--types", "u8u8"], "--types"),
+    (["gemm", "--policy", "halve_weights"], "--policy"),
+    (["matmul", "--threads", "0"], "--threads"),
+    (["matmul", "--shapes", "4x0x4"], "--shapes"),
+    (["matmul", "--min-time", "-1"], "--min-time"),
+    (["ip", "--policy", "halve_weights"], "--policy"),
+    (["ip", "--layers", "x"], "--layers"),  # (ip's problems are --shapes: it was ignored)
+    (["conv", "--batch", "0"], "--batch"),
+    (["conv", "--batch", "x"], "--batch"),
+    (["conv", "--layers", "nope"], "--layers"),
+    (["conv", "--policy", "fast"], "--policy"),
+    (["pool", "--threads=-1"], "--threads"),
+])
+def test_bench_bad_arguments(capsys, argv, option):
+    """int8jit-bench refuses a bad option value at parsing (argparse's error: usage, then
+    one error line naming the option; exit 2), before any child process or timed row."""
+    from tools import bench
+
+    with pytest.raises(SystemExit) as exc:
+        bench.main(argv)
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    last = captured.err.strip().splitlines()[-1]
+    assert last.startswith(f"int8jit-bench {argv[0]}: error:") and option in last, captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+@pytest.mark.parametrize("argv", [
+    ["tools.cpu_probe", "--json"], ["tools.cpu_probe", "--help"], ["tools.dump_asm", "--list"],
+    ["tools.bench", "gemm", "--help"],
+])
+def test_tools_exit_quietly_on_a_closed_pipe(argv, buffered):
+    """``cpu-probe --json | head -c 10``: stdout's reader gone before the tool writes, the
+    tool ends with status 0 and no traceback (buffered: at the flush; unbuffered: at the
+    write), not BrokenPipeError's traceback or "Exception ignored" and status 120."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    read, write = os.pipe()
+    os.close(read)  # (the reader is gone before the tool starts: every write fails)
+    try:
+        proc = subprocess.run([sys.executable, "-m", *argv], cwd=root, env=env, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
 def test_dump_asm_as_a_process():
     import os
     import subprocess

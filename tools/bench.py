@@ -57,6 +57,7 @@ import numpy as np
 
 from runtime.isa import LADDER
 from tools import bench_primitives, conv_sources  # the primitive benches, each with its own main
+from tools.bench_problems import names_among, positive_ints, positive_seconds, shape_list
 from tools.bench_timing import (GOMP_SPINCOUNT, REPO_ROOT, SETTLE_S, WINDOW_S, Unavailable, cpu_brand,
                                 host_steal_counters, measure_calls, peak_callable, steal_fraction, supported_isas)
 
@@ -420,9 +421,16 @@ def run_bench(bench, args) -> tuple[list[Row], str]:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["_worker"]:
+    if argv[:1] == ["_worker"]:  # (a child: its pipe is the parent's, and it ends in os._exit)
         _worker(argv[1])
         return 0
+    from tools.cli import quiet_on_closed_stdout
+
+    # `int8jit-bench gemm | head`: stop quietly, status 0 (the children end at their next line)
+    return quiet_on_closed_stdout(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] and hasattr(BENCHES.get(argv[0]), "main"):  # matmul, ip, conv, pool: their own drivers
         return BENCHES[argv[0]].main(argv[1:])
     ap = argparse.ArgumentParser(prog="int8jit-bench", description=__doc__.split("\n")[0])
@@ -431,13 +439,16 @@ def main(argv=None) -> int:
         p = sub.add_parser(name, help=bench.__doc__.split("\n")[0])
         if hasattr(bench, "main"):
             continue
-        p.add_argument("--isa", help=f"comma-separated ISA paths ({', '.join(LADDER)}); "
-                                     "default: every path this CPU executes")
-        p.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")
-        p.add_argument("--shapes", help="comma-separated MxNxK (default: the issue's list)")
-        p.add_argument("--types", help=f"comma-separated types ({', '.join(bench.types)})")
-        p.add_argument("--policy", help="only these int8jit policies (exact, faithful)")
-        p.add_argument("--min-time", type=float, help="seconds of timed windows per side and problem")
+        # (bad values refused here, exit status 2: see bench_problems' argument types)
+        p.add_argument("--isa", type=names_among(LADDER, "ISA"),
+                       help=f"comma-separated ISA paths ({', '.join(LADDER)}); default: every path this CPU executes")
+        p.add_argument("--threads", type=positive_ints, help="comma-separated thread counts (default: 1 and all cores)")
+        p.add_argument("--shapes", type=shape_list, help="comma-separated MxNxK (default: the issue's list)")
+        p.add_argument("--types", type=names_among(bench.types, "type"),
+                       help=f"comma-separated types ({', '.join(bench.types)})")
+        p.add_argument("--policy", type=names_among(("exact", "faithful"), "policy"),
+                       help="only these int8jit policies (exact, faithful)")
+        p.add_argument("--min-time", type=positive_seconds, help="seconds of timed windows per side and problem")
         p.add_argument("--quick", action="store_true", help="short timings (a smoke run)")
         p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
         p.add_argument("--markdown", metavar="FILE", help="also write the rows as a markdown table")

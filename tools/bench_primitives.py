@@ -77,7 +77,8 @@ import time
 from pathlib import Path
 
 from runtime.isa import LADDER
-from tools.bench_problems import chain_groups, pool_spatial, pool_src, problems_for
+from tools.bench_problems import (CONV_LAYERS, POOL_CASES, chain_groups, known_policies, names_among, pool_spatial,
+                                  pool_src, positive_ints, positive_seconds, problems_for, shape_list)
 from tools.bench_report import Result, check_outputs, columns, fmt, format_header, format_row, markdown_table, write_csv
 from tools.bench_sides import OneDNNServer, RemoteSide, Unavailable, int8jit_setup, onednn_setup, torch_conv_setup
 from tools.bench_timing import (GOMP_SPINCOUNT, REPO_ROOT, Series, best_isa, cpu_brand, first_call_s, in_turn,
@@ -317,10 +318,12 @@ def _onednn_create(spec_json) -> None:
 
 def run(bench: str, argv=None) -> int:
     ap = argparse.ArgumentParser(prog=f"int8jit-bench {bench}", description=COMMAND_HELP[bench])
-    ap.add_argument("--isa", help=f"comma-separated ISA paths ({', '.join(LADDER)}); default: the CPU's best")
-    ap.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")
+    # (bad values refused here, exit status 2: see bench_problems' argument types)
+    ap.add_argument("--isa", type=names_among(LADDER, "ISA"),
+                    help=f"comma-separated ISA paths ({', '.join(LADDER)}); default: the CPU's best")
+    ap.add_argument("--threads", type=positive_ints, help="comma-separated thread counts (default: 1 and all cores)")
     if bench in ("matmul", "ip"):
-        ap.add_argument("--shapes", help="comma-separated MxNxK (default: the issue's list)")
+        ap.add_argument("--shapes", type=shape_list, help="comma-separated MxNxK (default: the issue's list)")
         ap.add_argument("--no-creation", action="store_true", help="skip the creation-time table")
         ap.add_argument("--runtime-weights", action="store_true",
                         help="plain weights passed at every call (tag ab on both sides: each packs them per "
@@ -329,20 +332,23 @@ def run(bench: str, argv=None) -> int:
         ap.add_argument("--attention", action="store_true",
                         help="BERT-base's attention instead: 12 heads of 64, 128 tokens, the keys and values "
                              "given at every call (acb and abc), prefill (128 rows) and decode (1 row)")
-    else:
-        ap.add_argument("--layers", help="comma-separated problem names (default: the whole list)")
+    elif bench in ("conv", "pool"):  # (ip's problems are --shapes: a --layers there was ignored)
+        labels = [c["label"] for c in (CONV_LAYERS if bench == "conv" else POOL_CASES)]
+        ap.add_argument("--layers", type=names_among(labels, "layer" if bench == "conv" else "case"),
+                        help="comma-separated problem names (default: the whole list)")
     if bench == "conv":
-        ap.add_argument("--batch", help="comma-separated batch sizes (default 1,8; --quick: 1)")
+        ap.add_argument("--batch", type=positive_ints, help="comma-separated batch sizes (default 1,8; --quick: 1)")
     if bench in ("conv", "matmul", "ip"):
         ap.add_argument("--weights", choices=("uniform", "trained"), default="uniform",
                         help="the weights both sides get: uniform over the s8 range (default), or trained-like "
                              "(Laplacian, quantized per output channel to +-127: a few large values, which exact "
                              "splits into residual cells on avx2 and avx512_core instead of widening)")
-        ap.add_argument("--policy", help="comma-separated overflow policies of int8jit's rows (exact, faithful"
-                                         + (", halve_weights" if bench == "conv" else "") + "; default exact). On "
-                                         "avx2 and avx512_core oneDNN saturates: faithful computes what it "
-                                         "computes, exact widens (the weights are full range); a policy other "
-                                         "than exact is named in the row's label")
+        ap.add_argument("--policy", type=names_among(known_policies(bench), "policy"),
+                        help="comma-separated overflow policies of int8jit's rows (exact, faithful"
+                             + (", halve_weights" if bench == "conv" else "") + "; default exact). On "
+                             "avx2 and avx512_core oneDNN saturates: faithful computes what it "
+                             "computes, exact widens (the weights are full range); a policy other "
+                             "than exact is named in the row's label")
         ap.add_argument("--new-arrays", action="store_true",
                         help="int8jit's calls get new array objects (views of the same memory) at every call, as "
                              "a loop that makes its arrays anew passes them, instead of the same ones (replayed); "
@@ -350,7 +356,7 @@ def run(bench: str, argv=None) -> int:
         ap.add_argument("--chain", action="store_true",
                         help="time the layers called one after another, as a network calls them, instead of each "
                              "on its own (default: ResNet-50's 53 convolutions in order; BERT-base's 72 linears)")
-    ap.add_argument("--min-time", type=float, help="seconds of timed calls per side and problem")
+    ap.add_argument("--min-time", type=positive_seconds, help="seconds of timed calls per side and problem")
     ap.add_argument("--quick", action="store_true", help="a smaller set and shorter timings")
     ap.add_argument("--no-check", action="store_true", help="do not compare the two sides' outputs")
     ap.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")

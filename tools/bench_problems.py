@@ -9,7 +9,9 @@ among them, and their operands, the same values on every side and in every proce
 """
 from __future__ import annotations
 
+import argparse
 import json
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -172,16 +174,85 @@ def chain_groups(bench, problems, args) -> list[tuple[str, list]]:
             for (p, n), cases in groups.items()]
 
 
-def policies(bench, args) -> list[str]:
-    """The overflow policies ``--policy`` names (default: exact alone)."""
+def known_policies(bench) -> tuple[str, ...]:
+    """The overflow policies ``bench``'s int8jit rows take (halve_weights: convolution's)."""
     from primitives.attr import POLICIES
 
-    known = POLICIES if bench == "conv" else tuple(p for p in POLICIES if p != "halve_weights")
+    return POLICIES if bench == "conv" else tuple(p for p in POLICIES if p != "halve_weights")
+
+
+def policies(bench, args) -> list[str]:
+    """The overflow policies ``--policy`` names (default: exact alone)."""
+    known = known_policies(bench)
     wanted = [p.strip() for p in (getattr(args, "policy", None) or "exact").split(",") if p.strip()]
     bad = [p for p in wanted if p not in known]
     if bad or not wanted:
         raise SystemExit(f"--policy: unknown {bad}; expected some of {', '.join(known)}")
     return wanted
+
+
+# argparse types of the commands' options (int8jit-bench, every command): a bad value is
+# refused by the parser, in a line naming the option, exit status 2, before a child process
+# starts or a row is timed (a thread count of 0 had timed rows of errors). The lists come
+# back as text, blank items dropped, which the drivers split themselves.
+
+def _items(text: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+    return items
+
+
+def positive_ints(text: str) -> str:
+    """``--threads 1,2``, ``--batch 1,8``: comma-separated integers >= 1."""
+    items = _items(text)
+    for item in items:
+        try:
+            value = int(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {item!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {value}")
+    return ",".join(items)
+
+
+def shape_list(text: str) -> str:
+    """``--shapes 64x4096x4096,...``: comma-separated MxNxK, each size >= 1 (a zero-volume
+    problem runs no kernel: nothing to time)."""
+    items = _items(text)
+    for item in items:
+        try:
+            dims = [int(x) for x in item.lower().split("x")]
+        except ValueError:
+            dims = []
+        if len(dims) != 3:
+            raise argparse.ArgumentTypeError(f"expected MxNxK, got {item!r}")
+        if min(dims) < 1:
+            raise argparse.ArgumentTypeError(f"expected sizes >= 1 in MxNxK, got {item!r}")
+    return ",".join(items)
+
+
+def positive_seconds(text: str) -> float:
+    """``--min-time``: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
+def names_among(known: Sequence[str], what: str) -> Callable[[str], str]:
+    """An argparse type: comma-separated names among ``known`` (``--isa``, ``--policy``, ...)."""
+    def parse(text: str) -> str:
+        items = _items(text)
+        bad = [x for x in items if x not in known]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(map(repr, bad))}; expected some of "
+                                             f"{', '.join(known)}")
+        return ",".join(items)
+    return parse
 
 
 def with_policy(case: dict, policy: str, weights: str = "uniform") -> dict:

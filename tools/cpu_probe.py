@@ -14,7 +14,8 @@ Example::
     $ python -m tools.cpu_probe --peak
 
 Exit status: 0, or 2 for a usage error (an unknown ISA name in ``INT8JIT_MAX_ISA`` or
-``--max-isa``), reported in one line on stderr.
+``--max-isa``), reported in one line on stderr; 0 too where stdout's reader stops early
+(``cpu-probe --json | head``: no traceback, see :func:`quiet_on_closed_stdout`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import Any, Sequence
 from runtime import isa as isa_mod
 from runtime.caches import data_caches
 from runtime.cpu import FEATURES, CpuInfo, cpu_info
+from tools.cli import quiet_on_closed_stdout
 
 PROG = "cpu-probe"
 
@@ -229,6 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cpu-probe``; returns the exit status."""
+    return quiet_on_closed_stdout(lambda: _run(argv))
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         report = collect(cap=args.max_isa, peak=args.peak)

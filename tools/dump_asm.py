@@ -39,8 +39,10 @@ CPU support); it is never executed. Examples::
     $ dump-asm conv --ic 64 --oc 64 --hw 56 --window 3 --pad 1 --fused
     $ dump-asm pool --alg avg_exclude_padding --window 7 --isa avx512_core
 
-Exit status 0, or 2 for a usage error (unknown kernel, unknown ISA, bad option), with a
-one-line message on stderr.
+Exit status 0, or 2 for a usage error (unknown kernel, unknown ISA, bad option: a size,
+stride, window or group count below 1, a padding or depth below 0, a GEMM whose operands
+would pass 1 GiB), with a one-line message on stderr; 0 too where stdout's reader stops
+early (``dump-asm pack | head``).
 """
 from __future__ import annotations
 
@@ -73,6 +75,33 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1 (a size, a stride, a group count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    """argparse type: an integer >= 0 (a padding; --depth, where 0 means 2-D)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+# dump-asm gemm allocates A, B and C and runs the GEMM once (it lists the kernel that run
+# took): sizes whose operands pass this are refused up front, not left to numpy's MemoryError.
+GEMM_MAX_BYTES = 1 << 30
+
+
 def build_parser() -> argparse.ArgumentParser:
     from runtime.isa import LADDER
 
@@ -83,9 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", default=None, choices=("vnni", "maddubsw", "widen"),
                    help="dot-product step for demo/peak (default: the ISA's fast path)")
     p.add_argument("--a-type", default="u8", choices=("u8", "s8"), help="source type for demo/gemm")
-    p.add_argument("--m", type=int, default=None, help="gemm: rows of A and C")
-    p.add_argument("--n", type=int, default=None, help="gemm: columns of B and C")
-    p.add_argument("--k", type=int, default=None, help="gemm: reduction length")
+    p.add_argument("--m", type=_positive, default=None, help="gemm: rows of A and C")
+    p.add_argument("--n", type=_positive, default=None, help="gemm: columns of B and C")
+    p.add_argument("--k", type=_positive, default=None, help="gemm: reduction length")
     p.add_argument("--policy", default="exact", choices=("exact", "faithful", "halve_weights"),
                    help="gemm/conv: overflow policy (halve_weights: conv only)")
     p.add_argument("--weights", default="uniform", choices=("uniform", "trained"),
@@ -94,12 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("hw", None, "input height = width"), ("window", 1, "window height = width"),
                                 ("stride", 1, "stride"), ("pad", 0, "padding on every side"),
                                 ("groups", 1, "groups"), ("batch", 1, "batch")):
-        p.add_argument(f"--{name}", type=int, default=default, help=f"conv: {what}")
+        # every one >= 1 but the padding (a batch of 0 is a valid convolution, but it runs no
+        # kernel: nothing to list)
+        p.add_argument(f"--{name}", type=_non_negative if name == "pad" else _positive, default=default,
+                       help=f"conv: {what}" + (" (pool: the window)" if name == "window" else ""))
     p.add_argument("--dst", default="u8", choices=("u8", "s8", "s32", "f32"), help="conv/gemv: dst data type")
     p.add_argument("--fused", action="store_true", help="conv/gemv: per-channel scales, bias and relu")
     p.add_argument("--chunks", action="store_true",
                    help="gemv: the rows kernels of one row by 4096 x 4096 weights, K in chunks")
-    p.add_argument("--depth", type=int, default=0,
+    p.add_argument("--depth", type=_non_negative, default=0,
                    help="pool: a 3-D window this many slices deep (the depth loop's kernel); 0: 2-D")
     p.add_argument("--alg", default="max", choices=("max", "avg_include_padding", "avg_exclude_padding"),
                    help="pool: algorithm")
@@ -143,15 +175,21 @@ def _peak(args, isa: str):
 def _gemm(args, isa: str):
     import numpy as np
 
+    from primitives.gemm import POLICIES as GEMM_POLICIES
     from runtime.isa import cpu_supports
 
-    for name in ("m", "n", "k"):
-        value = getattr(args, name)
-        if value is None:
+    for name in ("m", "n", "k"):  # (each positive: the parser's type)
+        if getattr(args, name) is None:
             raise UsageError(f"gemm needs --{name}")
-        if value < 1:
-            raise UsageError(f"--{name}: expected a positive integer, got {value}")
+    if args.policy not in GEMM_POLICIES:  # (as Gemm refuses it, on a path the CPU lacks too)
+        raise UsageError(f"gemm: --policy {args.policy} is convolution's; a GEMM takes "
+                         f"{' or '.join(GEMM_POLICIES)}")
     M, N, K = args.m, args.n, args.k
+    # A (u8/s8), B (s8; trained: drawn as float64 first) and C (s32), roughly
+    need = M * K + K * N * (9 if args.weights == "trained" else 1) + 4 * M * N
+    if need > GEMM_MAX_BYTES:
+        raise UsageError(f"--m {M} --n {N} --k {K}: A, B and C would take {need / 2**30:.1f} GiB; dump-asm "
+                         f"runs the GEMM to list its kernel and takes at most {GEMM_MAX_BYTES >> 30} GiB")
     rng = np.random.default_rng(0)
     if args.weights == "trained":
         from tools.bench_problems import trained_weights
@@ -254,8 +292,6 @@ def _pool(args, isa: str):
     from primitives.pooling import kernel_spec
 
     dst = args.a_type if args.alg == "max" else args.dst
-    if args.depth < 0:
-        raise UsageError(f"--depth: expected 0 (2-D) or a window depth of at least 1, got {args.depth}")
     spec = kernel_spec(isa, args.alg, args.a_type, dst, args.window, args.window, args.depth or None)
     window = f"{args.depth}x" * bool(args.depth) + f"{args.window}x{args.window}"
     header = [f"pooling {args.alg} {window}, {args.a_type} -> {dst}: {spec}"]
@@ -375,10 +411,22 @@ def run(argv: Sequence[str] | None = None, out=None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``dump-asm``; returns the exit status."""
+    from tools.cli import quiet_on_closed_stdout
+
+    # (`dump-asm pack | head` is no failure: status 0, no traceback)
+    return quiet_on_closed_stdout(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from runtime.isa import IsaError
 
     try:
         return run(argv)
+    except BrokenPipeError:  # (before OSError: quiet_on_closed_stdout's)
+        raise
+    except MemoryError:  # (the GEMM's sizes are bounded; a machine short of memory still gets a line)
+        print(f"{PROG}: error: out of memory (numpy could not allocate the operands)", file=sys.stderr)
+        return 1
     except (UsageError, IsaError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,29 @@
+"""What the command-line tools (``cpu-probe``, ``dump-asm``, ``int8jit-bench``) share."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+
+def quiet_on_closed_stdout(body: Callable[[], int]) -> int:
+    """Run a tool's ``body`` (cpu-probe's, dump-asm's, int8jit-bench's main) and return its
+    status; where stdout's reader went away (``cpu-probe --json | head -c 10``), status 0
+    and no traceback.
+
+    0, not Python's 1 or a shell's 141: the reader chose to stop, the tool did not fail,
+    and ``set -o pipefail`` scripts that read the first lines must not fail.
+    """
+    try:
+        try:
+            return body()
+        finally:
+            # Flushed here, where a closed pipe is caught, not at interpreter exit ("Exception
+            # ignored", status 120), also after argparse's --help, which exits from inside.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        try:  # what is left in the buffer goes to /dev/null: the flush at exit cannot raise again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (AttributeError, OSError, ValueError):  # (a stdout without a descriptor: nothing to flush)
+            pass
+        return 0
