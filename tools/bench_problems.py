@@ -15,6 +15,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tools.cli import int_at_least
+
+
 def _fc(label, M, N, K):
     return {"label": label, "M": M, "N": N, "K": K}
 
@@ -207,13 +210,11 @@ def positive_ints(text: str) -> str:
     """``--threads 1,2``, ``--batch 1,8``: comma-separated integers >= 1."""
     items = _items(text)
     for item in items:
-        try:
-            value = int(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {item!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {value}")
+        _POSITIVE_ITEM(item)
     return ",".join(items)
+
+
+_POSITIVE_ITEM = int_at_least(1, "comma-separated positive integers")
 
 
 def shape_list(text: str) -> str:

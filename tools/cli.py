@@ -1,6 +1,7 @@
 """What the command-line tools (``cpu-probe``, ``dump-asm``, ``int8jit-bench``) share."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Callable
@@ -27,3 +28,16 @@ def quiet_on_closed_stdout(body: Callable[[], int]) -> int:
         except (AttributeError, OSError, ValueError):  # (a stdout without a descriptor: nothing to flush)
             pass
         return 0
+
+
+def int_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``; ``what`` names what was expected."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text.strip()!r}")
+        return value
+    return parse

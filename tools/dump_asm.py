@@ -51,6 +51,8 @@ import sys
 from dataclasses import replace
 from typing import Sequence
 
+from tools.cli import int_at_least
+
 PROG = "dump-asm"
 KERNELS = {
     "demo": "the demo's 4-element u8/s8 dot product through one path's step (jit.demo_kernel)",
@@ -75,26 +77,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(text: str) -> int:
-    """argparse type: an integer >= 1 (a size, a stride, a group count)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    """argparse type: an integer >= 0 (a padding; --depth, where 0 means 2-D)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+_positive = int_at_least(1, "a positive integer")  # (a size, a stride, a group count)
+_non_negative = int_at_least(0, "an integer >= 0")  # (a padding; --depth, where 0 means 2-D)
 
 
 # dump-asm gemm allocates A, B and C and runs the GEMM once (it lists the kernel that run
