@@ -44,29 +44,26 @@ _KEYS: dict = {}  # name -> os.environ's key for it (bytes on POSIX)
 def env_int(name: str, default: int, minimum: int, what: str, maximum: int | None = None) -> int:
     """``name``'s value as an int in [minimum, maximum], or ``default`` where it is unset
     or blank; anything else raises ``ValueError`` saying ``what`` was expected."""
-    raw = env_raw(name).strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or value < minimum or (maximum is not None and value > maximum):
-        raise ValueError(f"{name}: expected {what}, got {raw!r}")
-    return value
+    return _env_number(name, default, int, lambda v: v >= minimum and (maximum is None or v <= maximum), what)
 
 
 def env_size(name: str, default: float, what: str) -> float:
     """``name``'s value as a finite number of 0 or more (a fraction allowed), or
     ``default`` where it is unset or blank; anything else raises ``ValueError`` saying
     ``what`` was expected."""
+    return _env_number(name, default, float, lambda v: math.isfinite(v) and v >= 0, what)
+
+
+def _env_number(name: str, default, parse, ok, what: str):
+    """``name``'s value read by ``parse`` and held to ``ok``: the one place the variables
+    are read, checked and refused by name."""
     raw = env_raw(name).strip()
     if not raw:
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
+        value = None
+    if value is None or not ok(value):
         raise ValueError(f"{name}: expected {what}, got {raw!r}")
     return value

@@ -60,6 +60,7 @@ from tools import bench_primitives, conv_sources  # the primitive benches, each 
 from tools.bench_problems import names_among, positive_ints, positive_seconds, shape_list
 from tools.bench_timing import (GOMP_SPINCOUNT, REPO_ROOT, SETTLE_S, WINDOW_S, Unavailable, cpu_brand,
                                 host_steal_counters, measure_calls, peak_callable, steal_fraction, supported_isas)
+from tools.cli import quiet_on_closed_stdout
 
 
 # ------------------------------------------------------------------ GEMM
@@ -424,8 +425,6 @@ def main(argv=None) -> int:
     if argv[:1] == ["_worker"]:  # (a child: its pipe is the parent's, and it ends in os._exit)
         _worker(argv[1])
         return 0
-    from tools.cli import quiet_on_closed_stdout
-
     # `int8jit-bench gemm | head`: stop quietly, status 0 (the children end at their next line)
     return quiet_on_closed_stdout(lambda: _main(argv))
 

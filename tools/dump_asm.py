@@ -51,7 +51,7 @@ import sys
 from dataclasses import replace
 from typing import Sequence
 
-from tools.cli import int_at_least
+from tools.cli import int_at_least, quiet_on_closed_stdout
 
 PROG = "dump-asm"
 KERNELS = {
@@ -395,8 +395,6 @@ def run(argv: Sequence[str] | None = None, out=None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``dump-asm``; returns the exit status."""
-    from tools.cli import quiet_on_closed_stdout
-
     # (`dump-asm pack | head` is no failure: status 0, no traceback)
     return quiet_on_closed_stdout(lambda: _main(argv))
 
