@@ -335,6 +335,12 @@ def test_dump_asm_bad_numbers_and_policies(capsys, argv, option):
     (["conv", "--layers", "nope"], "--layers"),
     (["conv", "--policy", "fast"], "--policy"),
     (["pool", "--threads=-1"], "--threads"),
+    (["conv-sources", "--threads", "0"], "--threads"),  # (was a traceback: it parsed its own)
+    (["conv-sources", "--batch", "1.5"], "--batch"),
+    (["conv-sources", "--seconds", "0"], "--seconds"),
+    (["conv-sources", "--isa", "avx9"], "--isa"),
+    (["conv-sources", "--policy", "fast"], "--policy"),
+    (["conv-sources", "--variants", "model,fast"], "--variants"),
 ])
 def test_bench_bad_arguments(capsys, argv, option):
     """int8jit-bench refuses a bad option value at parsing (argparse's error: usage, then
