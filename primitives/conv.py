@@ -196,7 +196,7 @@ class ConvolutionDesc(PrimitiveDesc):
         self.geometry = Geometry(N, G, icg, ocg, pad3(src_md.dims[2:], 1), pad3(ker, 1), pad3(out, 1),
                                  pad3(strides, 1), pad3(dilation, 0), pad3(padding_l, 0), pad3(padding_r, 0))
         self.strides, self.padding_l, self.padding_r, self.dilation = strides, padding_l, padding_r, dilation
-        self.isa = isa_mod.planning_isa(self.isa)
+        self.isa = verbose.planned_isa(self.kind, self.isa)
         g = self.geometry
         if fast_path(self.isa).kind == "vnni" and G == 1 and g.dil[2] == 0 and icg % 4 and g.ker[2] * icg >= 4:
             # (VNNI only: the saturating paths' pairs follow the padded layout's K order)

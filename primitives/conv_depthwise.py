@@ -257,7 +257,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
                 raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
         if bias_md is not None and not isinstance(bias_md, MemoryDesc):
             raise TypeError(f"bias: expected a MemoryDesc or None, got {type(bias_md).__name__}")
-        self.isa = isa_mod.planning_isa(isa)
+        self.isa = verbose.planned_isa(self.kind, isa)
         strides = _ints("strides", strides, 1)
         padding_l = _ints("padding_l", padding_l, 0)
         padding_r = _ints("padding_r", padding_r, 0)

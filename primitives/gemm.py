@@ -299,7 +299,7 @@ class Gemm:
         if policy not in POLICIES:
             raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy = policy
-        self.isa = isa_mod.planning_isa(isa)
+        self.isa = verbose.planned_isa(f"gemm_{a_type}s8s32", isa)
         self.threads = resolve_threads(threads)
         self.float_mode = not (self.alpha == 1.0 and self.beta in (0.0, 1.0))
         self._kernels: dict = {}
@@ -349,7 +349,7 @@ class Gemm:
         attrs = f"alpha:{self.alpha:g} beta:{self.beta:g} policy:{self.policy}"
         isa = "any" if self._empty and self._k_zero is None else self.isa
         (verbose.create if kind == "create" else verbose.execution)(
-            "gemm_u8s8s32" if self.a_type == "u8" else "gemm_s8s8s32", f"gemm:{isa}:{choice.path.kind}", isa, descs,
+            f"gemm_{self.a_type}s8s32", f"gemm:{isa}:{choice.path.kind}", isa, descs,
             attrs, ms)
 
     # -- creation-time decisions -------------------------------------------------------

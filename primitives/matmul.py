@@ -157,7 +157,7 @@ class _GemmBasedDesc(PrimitiveDesc):
                batch: int) -> None:
         attr = self.attr
         self.M, self.K, self.N, self.batch = M, K, N, batch
-        self.isa = isa_mod.planning_isa(self.isa)
+        self.isa = verbose.planned_isa(self.kind, self.isa)
         policy = attr.policy
         if policy == "halve_weights":
             raise ValueError(f"attr policy: 'halve_weights' is convolution's; {self.kind} takes 'exact' or "

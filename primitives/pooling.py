@@ -59,6 +59,7 @@ import numpy as np
 
 from jit.dot import fast_path
 from jit.pooling_kernel import ARGS_CDEF, S16_WINDOW, SIGNATURE, UNROLLED, PoolKernelSpec
+from primitives import verbose
 from primitives.attr import Attr
 from primitives.base import Primitive, PrimitiveDesc, in_force, kept_setup
 from primitives.checks import check_no_zero_dim
@@ -248,7 +249,7 @@ class PoolingDesc(PrimitiveDesc):
         elif dst.tag != src.tag:
             raise ValueError(f"dst_desc: tag {dst.tag!r} differs from src's {src.tag!r}; pooling keeps the layout")
         _check_attr(attr)
-        super().__init__(attr, isa_mod.planning_isa(isa))
+        super().__init__(attr, verbose.planned_isa(self.kind, isa))
         self.threads = resolve_threads(threads)
         self._src, self._dst = src, dst
         self._set_desc(SRC, src)

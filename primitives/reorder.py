@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, SIGNATURE, ReorderKernelSpec, code_isa
-from primitives import reorder_ref
+from primitives import reorder_ref, verbose
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
 from primitives.base import Primitive, PrimitiveDesc, in_force, kept_setup
 from primitives.checks import dtype_text
@@ -128,7 +128,7 @@ class ReorderDesc(PrimitiveDesc):
                                  f"types only ({', '.join(INT_TYPES)})")
         self._set_desc(SRC, src_desc)
         self._set_desc(DST, dst_desc)
-        self.isa = isa_mod.planning_isa(isa)
+        self.isa = verbose.planned_isa(self.kind, isa)
         self.threads = resolve_threads(threads)
         self._masks = {name: (self.attr.scales_mask(arg) if kind == "scales" else self.attr.zero_points_mask(arg))
                        for name, arg, kind in _ATTR_ARGS}

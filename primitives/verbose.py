@@ -42,6 +42,7 @@ import threading
 import time
 import warnings
 
+from runtime import isa as _isa
 from runtime.env import env_raw
 
 ENV = "INT8JIT_VERBOSE"
@@ -143,5 +144,16 @@ def dispatch(primitive: str, impl: str, reason: str) -> None:
     emit("dispatch", primitive, impl, reason)
 
 
+def planned_isa(primitive: str, isa: str | None) -> str:
+    """:func:`runtime.isa.planning_isa` for a descriptor of ``primitive``, with a
+    ``dispatch`` line for each higher path it passed over, saying why (the CPU lacks it, or
+    a cap left it out)."""
+    chosen = _isa.planning_isa(isa)
+    if "dispatch" in flags():
+        for name, why in _isa.passed_over(chosen, isa):
+            dispatch(primitive, name, why)
+    return chosen
+
+
 __all__ = ["ENV", "ENV_TIMESTAMP", "PREFIX", "KINDS", "flags", "exec_quiet", "enabled", "emit", "create",
-           "execution", "dispatch"]
+           "execution", "dispatch", "planned_isa"]

@@ -143,6 +143,21 @@ def planning_isa(isa: str | None = None) -> str:
         return LADDER[0]
 
 
+def passed_over(chosen: str, isa: str | None = None) -> list[tuple[str, str]]:
+    """The levels ranked above ``chosen`` (what :func:`planning_isa` gave for the argument
+    ``isa``), each with why it was not taken: the CPU's missing features, or the cap and
+    where it came from. For ``INT8JIT_VERBOSE=dispatch``'s lines."""
+    cap = check_name(isa, "isa") if isa is not None else max_isa()
+    source = {"api": "set_max_isa()", "env": ENV_CAP, "default": "the ladder"}[cap_source()] \
+        if isa is None else "the isa argument"
+    info = _cpu.cpu_info()
+    answer = []
+    for name in LADDER[rank(chosen) + 1:]:
+        missing = [f.upper() for f in REQUIRES[name] if not info.has(f)]
+        answer.append((name, f"CPU lacks {', '.join(missing)}" if missing else f"above the cap {cap} ({source})"))
+    return answer
+
+
 def require_path(isa: str) -> None:
     """Raise :class:`NoIsaPathError` unless this CPU runs the path ``isa`` (one that
     :func:`planning_isa` gave)."""

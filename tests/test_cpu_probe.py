@@ -345,6 +345,32 @@ def test_cap_above_the_cpu_is_no_error(monkeypatch):
     assert isa.effective_isa() == "avx2"
 
 
+def test_paths_passed_over_say_why(monkeypatch, capsys):
+    """INT8JIT_VERBOSE=dispatch names each path above the chosen one: what the CPU lacks,
+    or the cap and where it came from (the environment, set_max_isa, an isa argument)."""
+    from primitives import verbose
+
+    fake_cpu(monkeypatch, ["osxsave", "avx", "avx2", "fma", "bmi2", *AVX512_CORE])  # no VNNI of either kind
+    monkeypatch.setenv(isa.ENV_CAP, "avx2")
+    assert isa.passed_over("avx2") == [("avx2_vnni", "CPU lacks AVX_VNNI"),
+                                       ("avx512_core", "above the cap avx2 (INT8JIT_MAX_ISA)"),
+                                       ("avx512_core_vnni", "CPU lacks AVX512_VNNI")]
+    isa.set_max_isa("avx2_vnni")
+    assert isa.passed_over("avx2")[1] == ("avx512_core", "above the cap avx2_vnni (set_max_isa())")
+    assert isa.passed_over("avx512_core", "avx512_core_vnni") == [("avx512_core_vnni", "CPU lacks AVX512_VNNI")]
+    isa.set_max_isa(None)
+    monkeypatch.delenv(isa.ENV_CAP)
+    assert isa.passed_over("avx512_core") == [("avx512_core_vnni", "CPU lacks AVX512_VNNI")]
+    monkeypatch.setenv(verbose.ENV, "dispatch")
+    assert verbose.planned_isa("matmul", "avx2") == "avx2"
+    assert capsys.readouterr().err.splitlines() == [
+        "int8jit_verbose,dispatch,matmul,avx2_vnni,CPU lacks AVX_VNNI",
+        "int8jit_verbose,dispatch,matmul,avx512_core,above the cap avx2 (the isa argument)",
+        "int8jit_verbose,dispatch,matmul,avx512_core_vnni,CPU lacks AVX512_VNNI"]
+    monkeypatch.setenv(verbose.ENV, "1")
+    assert verbose.planned_isa("matmul", "avx2") == "avx2" and capsys.readouterr().err == ""
+
+
 def test_no_usable_isa_is_an_isa_error(monkeypatch):
     fake_cpu(monkeypatch, ["avx", "avx2"])  # OSXSAVE clear: AVX2 unusable
     assert isa.supported() == ()
