@@ -232,6 +232,27 @@ def check_dst_changed_in_place(execute, dst) -> None:
     execute()
 
 
+def in_threads(work, args_per_thread) -> list[BaseException]:
+    """Run ``work(*args)`` on one Python thread per entry of ``args_per_thread``, all at
+    once, and return what they raised (an exception on a thread is otherwise only printed)."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run(*args):
+        try:
+            work(*args)
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=tuple(args)) for args in args_per_thread]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 def child_env() -> dict:
     """The environment for a child Python that imports int8jit from this checkout: the
     checkout first on PYTHONPATH, whatever was there kept (where the dependencies are

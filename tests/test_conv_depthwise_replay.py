@@ -12,7 +12,7 @@ from primitives.conv_depthwise import DepthwiseConvDesc
 from primitives.conv_ref import depthwise_ref
 from primitives.memory import Memory, desc
 from primitives.reorder import reorder_desc
-from tests.conftest import assert_same_bits, check_dst_changed_in_place, set_in_place
+from tests.conftest import assert_same_bits, check_dst_changed_in_place, in_threads, set_in_place
 
 
 def _layer(c=37, hw=9, stride=1, threads=1, packed=True, binary=False, zp=0, isa=None, user=False):
@@ -235,27 +235,18 @@ def test_replay_prints_verbose_lines_when_asked(monkeypatch, capsys):
 
 def test_replay_per_thread():
     """Two threads calling one primitive with their own arrays: each its own replay and structs."""
-    import threading
 
     p, args, w = _layer(c=48, hw=12)
     other = {k: (v if isinstance(v, Memory) else v.copy()) for k, v in args.items()}
     other["src"][...] = 255 - other["src"]
-    errors = []
 
     def work(a):
-        try:
-            for _ in range(50):
-                a["dst"][...] = 0
-                p.execute(a)
-                np.testing.assert_array_equal(a["dst"], _model(a, w))
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
+        for _ in range(50):
+            a["dst"][...] = 0
+            p.execute(a)
+            np.testing.assert_array_equal(a["dst"], _model(a, w))
 
-    threads = [threading.Thread(target=work, args=(a,)) for a in (args, other)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_threads(work, [(args,), (other,)])
     assert not errors, errors[0]
 
 

@@ -21,7 +21,7 @@ from primitives import reference
 from primitives.base import kept_setups
 from primitives.gemm import Gemm, gemm, gemm_s8s8s32, gemm_u8s8s32
 from runtime import isa as isa_mod
-from tests.conftest import child_env, faithful_model, isa_params, skip_reason
+from tests.conftest import child_env, faithful_model, in_threads, isa_params, skip_reason
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("exact", "faithful")
@@ -570,31 +570,23 @@ def test_one_gemm_called_from_threads_at_once(runtime_b):
     """Calls of one Gemm from several Python threads take turns: each gets its own product
     (its structs had pointed at whichever thread's arrays came last: wrong results, or
     a crash). Each thread new arrays at every call, and the same arrays again."""
-    import threading
 
     M, N, K = 16, 96, 64
     rng = np.random.default_rng(9)
     B = rng.integers(-128, 128, (K, N)).astype(np.int8)
     g = Gemm(M, N, K) if runtime_b else Gemm(M, N, K, B=B)
-    bad, errors = [], []
+    bad = []
 
     def worker(seed):
         r = np.random.default_rng(seed)
-        try:
-            for i in range(150):
-                A = r.integers(0, 256, (M, K)).astype(np.uint8)
-                C = np.full((M, N), 7, np.int32)
-                for _ in range(1 + i % 2):
-                    g.execute(A, C, B=B if runtime_b else None)
-                    if not np.array_equal(C, A.astype(np.int64) @ B.astype(np.int64)):
-                        bad.append(seed)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        for i in range(150):
+            A = r.integers(0, 256, (M, K)).astype(np.uint8)
+            C = np.full((M, N), 7, np.int32)
+            for _ in range(1 + i % 2):
+                g.execute(A, C, B=B if runtime_b else None)
+                if not np.array_equal(C, A.astype(np.int64) @ B.astype(np.int64)):
+                    bad.append(seed)
+    errors = in_threads(worker, [(seed,) for seed in range(4)])
     assert not errors and not bad, (errors, len(bad))
 
 

@@ -17,7 +17,7 @@ from runtime import pool, threads
 from runtime.threads import usable_cores
 from runtime.ffi import ffi
 from runtime.kernel import Kernel
-from tests.conftest import child_env
+from tests.conftest import child_env, in_threads
 
 # mov rax, [rdi]; inc rax; mov [rdi], rax; ret
 INC = Kernel("inc", bytes([0x48, 0x8B, 0x07, 0x48, 0xFF, 0xC0, 0x48, 0x89, 0x07, 0xC3]),
@@ -72,20 +72,11 @@ def test_sleeping_workers_wake():
 
 def test_two_callers_at_once():
     plans = [_plan([2, 2]) for _ in range(2)]
-    errors = []
 
     def work(plan):
-        try:
-            for _ in range(3000):
-                plan.run()
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-    threads = [threading.Thread(target=work, args=(p,)) for p, _ in plans]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+        for _ in range(3000):
+            plan.run()
+    assert not in_threads(work, [(p,) for p, _ in plans])
     for _, cells in plans:
         assert _counts(cells) == [[3000] * 2] * 2
 

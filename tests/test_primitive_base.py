@@ -19,6 +19,7 @@ from primitives.attr import DST, SCRATCHPAD, SRC, Attr, PostOps, post_op_src1, s
 from primitives.base import Primitive, PrimitiveDesc
 from primitives.memory import Memory, desc
 from primitives.primitive_cache import PrimitiveCache
+from tests.conftest import in_threads
 
 FEW = settings(max_examples=25, deadline=None)
 
@@ -261,19 +262,11 @@ def test_scratchpad_passed_in_library_mode_is_an_error():
 
 def _run_two_threads(prim, extra_args=lambda i: {}):
     prim.barrier = threading.Barrier(2)
-    errors = []
 
     def work(i):
-        try:
-            prim.execute({SRC: np.zeros((2, 3), np.uint8), DST: np.zeros((2, 3), np.uint8), **extra_args(i)})
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        prim.execute({SRC: np.zeros((2, 3), np.uint8), DST: np.zeros((2, 3), np.uint8), **extra_args(i)})
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_threads(work, [(0,), (1,)])
     prim.barrier = None
     assert not errors, errors
 
@@ -359,11 +352,7 @@ def test_cache_creates_once_under_concurrency():
         start.wait(timeout=10)
         results.append(cache.get_or_create("k", factory)[0])
 
-    threads = [threading.Thread(target=work) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert not in_threads(work, [()] * 6)
     assert len(calls) == 1 and len({id(r) for r in results}) == 1
     assert cache.stats()["hits"] == 5 and cache.stats()["misses"] == 1
 

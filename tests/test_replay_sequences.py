@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import os
-import threading
 
 import numpy as np
 import pytest
@@ -26,6 +25,7 @@ from hypothesis import strategies as st
 
 from primitives import primitive_cache
 from primitives.memory import Memory
+from tests.conftest import in_threads
 from tests.test_held_arrays import _depthwise, _plain_weights_conv, _pooling, _reorder
 from tests.test_replay import _MOVE_CASES, _conv, _matmul_case, _new_arrays
 
@@ -249,16 +249,7 @@ def _checked_call(p, oracle, sets, now, op, rng, where):
         run()
         del run
     elif op == "call from another thread":
-        failed = []
-
-        def work():
-            try:
-                p.execute(args)
-            except Exception as exc:  # noqa: BLE001 (reported below)
-                failed.append(exc)
-        thread = threading.Thread(target=work)
-        thread.start()
-        thread.join()
+        failed = in_threads(p.execute, [(args,)])
         assert not failed, f"{where}: {failed[0]!r}"
     else:
         p.execute(args)
@@ -363,9 +354,8 @@ def test_any_sequence_of_gemm_calls_gives_the_products(case, ops, seed):
                     gemm_object(s).execute(s["A"], s["C"], ao=s["ao"], bo=s["bo"], co=s["co"],
                                            **({"B": s["B"]} if route == "Gemm" else {}))
             if op == "call from another thread":
-                thread = threading.Thread(target=call)
-                thread.start()
-                thread.join()
+                failed = in_threads(call, [()])
+                assert not failed, f"step {step}: {failed[0]!r}"
             else:
                 call()
             where = f"step {step} ({op}) of {ops}"
