@@ -25,7 +25,7 @@ import threading
 from typing import Callable, Hashable
 
 from jit.build import GeneratedCode, load
-from runtime.env import env_size
+from runtime.env import env_size, env_switch
 from runtime.kernel import Kernel
 
 VERSION = "0.1.0"
@@ -41,7 +41,7 @@ def cache_dir() -> str:
 
 def _disk_enabled() -> bool:
     # (blank counts as unset, as for every INT8JIT_* variable)
-    return os.environ.get("INT8JIT_DISK_CACHE", "").strip().lower() not in ("0", "off", "false", "no")
+    return env_switch("INT8JIT_DISK_CACHE", True)
 
 
 def _code_digest() -> str:

@@ -54,6 +54,20 @@ def env_size(name: str, default: float, what: str) -> float:
     return _env_number(name, default, float, lambda v: math.isfinite(v) and v >= 0, what)
 
 
+_OFF, _ON = ("0", "off", "false", "no"), ("1", "on", "true", "yes")
+
+
+def env_switch(name: str, default: bool) -> bool:
+    """``name`` as a switch: ``0``/``off``/``false``/``no`` or ``1``/``on``/``true``/``yes``
+    (any case), ``default`` where it is unset or blank; anything else raises ``ValueError``."""
+    raw = env_raw(name).strip().lower()
+    if not raw:
+        return default
+    if raw in _OFF or raw in _ON:
+        return raw in _ON
+    raise ValueError(f"{name}: expected 0, off, false, no or 1, on, true, yes, got {env_raw(name).strip()!r}")
+
+
 def _env_number(name: str, default, parse, ok, what: str):
     """``name``'s value read by ``parse`` and held to ``ok``: the one place the variables
     are read, checked and refused by name."""

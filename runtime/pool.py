@@ -18,16 +18,16 @@ import os
 import threading
 
 from jit import pool_kernel as pk
-from runtime.env import env_int
+from runtime.env import env_int, env_switch
 from runtime.execmem import map_pages
 from runtime.ffi import declare, ffi
 from runtime.threads import usable_cores
 
 declare(pk.CDEF, (pk.WORKER_SIGNATURE, pk.FORK_JOIN_SIGNATURE, "struct i8j_slot", "struct i8j_slot *",
                   "struct i8j_slot *[]", "struct i8j_job[]", "struct i8j_call[]", "void (*)(void *)"))
-# INT8JIT_SPIN_POOL=0: run the lists on runtime.threads' parked Python workers instead
-# (a lock hand-off each way; no polling, for machines with more threads than cores).
-ENABLED = os.environ.get("INT8JIT_SPIN_POOL", "1").strip() != "0"
+# INT8JIT_SPIN_POOL=0 (or off, false, no): run the lists on runtime.threads' parked Python
+# workers instead (a lock hand-off each way; no polling, for machines with more threads than cores).
+ENABLED = env_switch("INT8JIT_SPIN_POOL", True)
 WORKER_SPINS = 2000  # PAUSEs a worker polls after a job before sleeping (~0.1 ms on Intel, 0.05 on Zen 3)
 # INT8JIT_POOL_SPINS overrides it (like OpenMP's KMP_BLOCKTIME / GOMP_SPINCOUNT): on a VM
 # whose host slows a vCPU that has been idle for a while, workers that poll through the

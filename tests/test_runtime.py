@@ -303,8 +303,26 @@ def test_disk_cache_settings_are_checked(tmp_path, monkeypatch):
     assert cache._disk_enabled()
     monkeypatch.setenv("INT8JIT_DISK_CACHE", "No")
     assert not cache._disk_enabled()
+    monkeypatch.setenv("INT8JIT_DISK_CACHE", "sometimes")  # (had meant on)
+    with pytest.raises(ValueError, match="^INT8JIT_DISK_CACHE: expected 0, off, false, no or 1, on.*'sometimes'"):
+        cache._disk_enabled()
+    monkeypatch.setenv("INT8JIT_DISK_CACHE", "ON")
+    assert cache._disk_enabled()
     monkeypatch.setenv("INT8JIT_CACHE_DIR", "~/int8jit-cache")
     assert cache.cache_dir() == os.path.join(os.path.expanduser("~"), "int8jit-cache")
+
+
+@pytest.mark.parametrize("value, on", [("0", False), ("off", False), ("1", True), ("", True), ("huh", None)])
+def test_spin_pool_switch(value, on):
+    """INT8JIT_SPIN_POOL takes the switch words INT8JIT_DISK_CACHE takes ("off" had left
+    the pool on: only "0" turned it off); another word is refused by name at import."""
+    code = "import runtime.pool as p; print(p.ENABLED)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, INT8JIT_SPIN_POOL=value))
+    if on is None:
+        assert proc.returncode != 0 and "INT8JIT_SPIN_POOL: expected 0, off" in proc.stderr, proc.stderr
+    else:
+        assert proc.returncode == 0 and proc.stdout.strip() == str(on), proc.stderr
 
 
 _EXIT_CHILD = textwrap.dedent(
