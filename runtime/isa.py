@@ -32,6 +32,15 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "avx512_core_vnni": _AVX512 + ("avx512_vnni",),
 }
 ENV_CAP = "INT8JIT_MAX_ISA"
+# ONEDNN_MAX_CPU_ISA's other values, as caps: each level the ladder's highest that it
+# implies (ALL, the newer AVX-512 and AMX levels: every path; AVX2_VNNI_2: avx2_vnni).
+# Those below AVX2 (SSE41, AVX) name no int8jit path and stay refused.
+ONEDNN_CAPS: dict[str, str] = {
+    "all": "avx512_core_vnni", "avx2_vnni_2": "avx2_vnni", "avx512_core_bf16": "avx512_core_vnni",
+    "avx512_core_fp16": "avx512_core_vnni", "avx10_1_512": "avx512_core_vnni",
+    "avx512_core_amx": "avx512_core_vnni", "avx512_core_amx_fp16": "avx512_core_vnni",
+    "avx10_1_512_amx": "avx512_core_vnni", "avx10_1_512_amx_fp16": "avx512_core_vnni",
+}
 
 _cap_override: str | None = None
 _lock = threading.Lock()
@@ -52,8 +61,11 @@ def check_name(name: str, argument: str = "isa") -> str:
     if type(name) is str and name in IMPLIES:  # (already canonical: one-off calls ask at every call)
         return name
     canon = str(name).strip().lower()
+    canon = ONEDNN_CAPS.get(canon, canon)
     if canon not in LADDER:
-        raise IsaError(f"{argument}: unknown ISA {name!r}; expected one of {', '.join(LADDER)}")
+        below = " (below avx2, int8jit's lowest path)" if canon in ("sse41", "avx") else ""
+        raise IsaError(f"{argument}: unknown ISA {name!r}{below}; expected one of {', '.join(LADDER)}, "
+                       "or a higher ONEDNN_MAX_CPU_ISA value (all, avx512_core_amx, ...)")
     return canon
 
 

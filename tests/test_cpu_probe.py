@@ -345,6 +345,20 @@ def test_cap_above_the_cpu_is_no_error(monkeypatch):
     assert isa.effective_isa() == "avx2"
 
 
+@pytest.mark.parametrize("value, cap", [("ALL", "avx512_core_vnni"), ("avx512_core_amx", "avx512_core_vnni"),
+                                        ("AVX10_1_512", "avx512_core_vnni"), ("avx2_vnni_2", "avx2_vnni"),
+                                        ("sse41", None), ("avx", None)])
+def test_onednn_cap_values(monkeypatch, value, cap):
+    """INT8JIT_MAX_ISA takes ONEDNN_MAX_CPU_ISA's values: a higher level caps at the
+    ladder's highest it implies; one below AVX2 names no path and is refused, saying so."""
+    monkeypatch.setenv(isa.ENV_CAP, value)
+    if cap is None:
+        with pytest.raises(isa.IsaError, match=f"INT8JIT_MAX_ISA: unknown ISA '{value}' \\(below avx2"):
+            isa.max_isa()
+    else:
+        assert isa.max_isa() == cap
+
+
 def test_paths_passed_over_say_why(monkeypatch, capsys):
     """INT8JIT_VERBOSE=dispatch names each path above the chosen one: what the CPU lacks,
     or the cap and where it came from (the environment, set_max_isa, an isa argument)."""
