@@ -317,9 +317,10 @@ class Gemm:
         if self.K == 0 and self.M and self.N:
             # C <- beta*C + co: the output stage on a zero accumulator, which a GEMM of
             # K = 1 over zeros computes bit for bit as every other GEMM's stage does.
-            self._k_zero = Gemm(self.M, self.N, 1, a_type=a_type, offsetc=offsetc, ldc=self.ldc, alpha=alpha,
-                                beta=beta, B=np.zeros((1, self.N), np.int8), policy=policy, isa=isa,
-                                threads=threads)
+            with verbose.muted():  # (this Gemm logs its lines, not the one it runs)
+                self._k_zero = Gemm(self.M, self.N, 1, a_type=a_type, offsetc=offsetc, ldc=self.ldc, alpha=alpha,
+                                    beta=beta, B=np.zeros((1, self.N), np.int8), policy=policy, isa=isa,
+                                    threads=threads)
             self._k_zero_a = np.zeros((self.M, 1), self.a_dtype)
         # B given at execution times 1-4 rows of A, in integer mode: read in place by the
         # gemv kernels (rows of N bytes, or columns of K: op(B)'s layout), as oneDNN reads

@@ -245,9 +245,10 @@ class _GemmBasedDesc(PrimitiveDesc):
         self.set_plain_descs(descs)
         src, weights, dst = descs[SRC], descs[WEIGHTS], descs[DST]
         plain = identity_tag(src.ndims)
-        self._k_zero = MatmulDesc(desc(src.dims[:-1] + (1,), src.dt, plain),
-                                  desc(weights.dims[:-2] + (1, self.N), "s8", plain), dst, descs[BIAS],
-                                  attr=self.attr, isa=self.isa, threads=self.threads)
+        with verbose.muted():  # (the user's matmul logs its lines, not this one)
+            self._k_zero = MatmulDesc(desc(src.dims[:-1] + (1,), src.dt, plain),
+                                      desc(weights.dims[:-2] + (1, self.N), "s8", plain), dst, descs[BIAS],
+                                      attr=self.attr, isa=self.isa, threads=self.threads)
         # (a library scratchpad: the K = 1 primitive's own)
         self.scratchpad_nbytes = self._k_zero.scratchpad_nbytes if self.attr.scratchpad_mode == "user" else 0
 
@@ -389,14 +390,16 @@ class _ZeroK(Primitive):
     def __init__(self, pd: _GemmBasedDesc):
         super().__init__(pd)
         one = pd._k_zero
-        self._one = one.create()
+        with verbose.muted():
+            self._one = one.create()
         self._zeros = {name: np.zeros(one.query(name).dims, one.query(name).numpy_dtype) for name in (SRC, WEIGHTS)}
 
     def _execute(self, mem: dict, scratchpad) -> None:
         args = {**mem, **self._zeros}
         if scratchpad is not None:  # (scratchpad mode user)
             args["scratchpad"] = scratchpad
-        self._one.execute(args)
+        with verbose.muted():
+            self._one.execute(args)
 
 
 _VIEWS_KEPT = 64  # scratchpads whose views (and runtime weights' buffers) a primitive keeps: one a slot

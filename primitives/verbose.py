@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import warnings
+from contextlib import contextmanager
 
 from runtime import isa as _isa
 from runtime.env import env_raw
@@ -71,7 +72,7 @@ def flags() -> frozenset[str]:
     """The kinds of line ``INT8JIT_VERBOSE`` asks for now."""
     global _parsed
     raw = env_raw(ENV)  # (asked on every execute(): env_raw answers an unset one fast)
-    if not raw:
+    if not raw or getattr(_muted, "depth", 0):
         return _NONE
     if raw == _parsed[0]:  # the common case: unchanged since the last call
         return _parsed[1]
@@ -91,6 +92,18 @@ def flags() -> frozenset[str]:
 
 
 _KEY = os.environ.encodekey(ENV)  # (os.environ's own mapping's key for it)
+_muted = threading.local()  # per thread: the depth of muted() blocks
+
+
+@contextmanager
+def muted():
+    """No lines from this thread inside the block: for a primitive a primitive makes and
+    runs on its own (a K = 0 matmul's K = 1 one), which the user did not ask for."""
+    _muted.depth = getattr(_muted, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _muted.depth -= 1
 
 
 def exec_quiet() -> bool:
@@ -156,4 +169,4 @@ def planned_isa(primitive: str, isa: str | None) -> str:
 
 
 __all__ = ["ENV", "ENV_TIMESTAMP", "PREFIX", "KINDS", "flags", "exec_quiet", "enabled", "emit", "create",
-           "execution", "dispatch", "planned_isa"]
+           "execution", "dispatch", "planned_isa", "muted"]

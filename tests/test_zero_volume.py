@@ -170,3 +170,25 @@ def test_depthwise_descriptor_refuses_zeros():
     with pytest.raises(ValueError, match=r"^src: dimension 0 is 0 .*ConvolutionDesc takes a batch of 0"):
         DepthwiseConvDesc(desc((0, 8, 5, 5), "u8", "nhwc"), desc((8, 1, 1, 3, 3), "s8", "any"),
                           desc((0, 8, 3, 3), "u8", "nhwc"))
+
+
+def test_k_zero_logs_one_line_a_step(monkeypatch, capsys):
+    """A K = 0 matmul or GEMM runs a K = 1 one of its own; INT8JIT_VERBOSE logs the
+    user's creation and call, one line each (the inner one had logged its own too)."""
+    from primitives import primitive_cache, verbose
+    from primitives.gemm import gemm_u8s8s32
+
+    primitive_cache.clear()
+    monkeypatch.setenv(verbose.ENV, "dispatch")
+    pd = MatmulDesc(desc((2, 0), "u8", "ab"), desc((0, 3), "s8", "ab"), desc((2, 3), "s32", "ab"))
+    pd.create().execute({"src": np.zeros((2, 0), np.uint8), "weights": np.zeros((0, 3), np.int8),
+                         "dst": np.zeros((2, 3), np.int32)})
+    C = np.ones((2, 3), np.int32)
+    gemm_u8s8s32("N", "N", "F", 2, 3, 0, 1.0, np.zeros((2, 1), np.uint8), 1, 0, np.zeros((1, 3), np.int8), 3, 0,
+                 1.0, C, 3, np.int32([5]))
+    assert C.tolist() == [[6] * 3] * 2
+    lines = [line.split(",") for line in capsys.readouterr().err.splitlines() if line.startswith("int8jit_verbose")]
+    steps = [(f[1], f[2], f[5]) for f in lines if f[1] != "dispatch"]
+    assert [s[:2] for s in steps] == [("create", "matmul"), ("exec", "matmul"),
+                                      ("create", "gemm_u8s8s32"), ("exec", "gemm_u8s8s32")], lines
+    assert "2x0" in steps[0][2] and "2x0" in steps[2][2], steps
