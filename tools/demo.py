@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Sequence
 
+from tools.cli import quiet_on_closed_stdout
+
 PROG = "int8jit-demo"
 U8_A, U8_B = (255, 255, 0, 0), (127, 127, 0, 0)
 S8_A, S8_B = (127, 127, 0, 0), (127, 127, 0, 0)
@@ -112,10 +114,8 @@ def run(out=None) -> int:
             exact_col = f"{u8_exact}/{s8_exact}"
             if not executable:
                 size = demo_kernel(name, path.kind).size
-                why = (f"lacks {', '.join(_lacks(name, info))}" if name not in supported
-                       else f"above the cap {cap}")
                 say(f"{label:<22} {seq:<44} {'-':>7} {'-':>7} {exact_col:>13}  "
-                    f"not executable on this CPU ({why}); generated, {size} bytes")
+                    f"{_not_run(name, supported, cap, info)}; generated, {size} bytes")
                 continue
             u8 = dot4(name, U8_A, U8_B, path.kind)
             s8 = dot4(name, S8_A, S8_B, path.kind, s8_src=True)
@@ -136,8 +136,7 @@ def run(out=None) -> int:
     say("-" * len(header))
     for name in isa_mod.LADDER:
         if name not in runnable:
-            why = f"lacks {', '.join(_lacks(name, info))}" if name not in supported else f"above the cap {cap}"
-            say(f"{name:<18} not executable on this CPU ({why})")
+            say(f"{name:<18} {_not_run(name, supported, cap, info)}")
             continue
         for policy in ("exact", "faithful"):
             results, kinds = [], []
@@ -234,8 +233,21 @@ def _layers(say, runnable) -> int:
     return status
 
 
+def _not_run(name: str, supported, cap: str, info) -> str:
+    """Why the path ``name`` does not run here: the CPU lacks it, or the cap leaves it out
+    (it would run)."""
+    if name not in supported:
+        return f"not executable on this CPU (lacks {', '.join(_lacks(name, info))})"
+    return f"not run: above the cap {cap}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``int8jit-demo``; returns the exit status."""
+    """Entry point of ``int8jit-demo``; returns the exit status (0 where its reader closes
+    the pipe early, ``int8jit-demo | head``)."""
+    return quiet_on_closed_stdout(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.parse_args(argv)
     from runtime.isa import IsaError
