@@ -26,7 +26,8 @@ point: ``dst = post_ops(result) / scale_dst + zp_dst``. Eltwise algorithms, with
     gelu_tanh   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
     gelu_erf    0.5 x (1 + erf(x / sqrt(2)))
     swish       x * logistic(alpha * x)             (alpha 0 is accepted: x / 2)
-    hardswish   x * min(max(alpha * x + beta, 0), 1) (oneDNN's defaults: 1/6, 1/2)
+    hardswish   x * min(max(alpha * x + beta, 0), 1) (alpha and beta as given: pass oneDNN's
+                usual 1/6, 1/2; no defaults are filled in)
 
 ``Sum(scale, zero_point, dt)`` adds ``scale * (old_dst - zero_point)``, reading the old
 destination as data type ``dt`` (default: dst's own type). ``Binary(alg, src1)``

@@ -32,7 +32,8 @@ after the other):
   ``gemm_s8s8s32``: B packed at every call, as oneDNN's call takes it; the kept GEMM of
   its signature), the like-for-like comparison: the same arrays at every call, as
   oneDNN's side gets them, which int8jit replays. ``B`` ``new``: the same call with new
-  array objects (views) at every call, checked and set up each time.
+  array objects (views) of the same memory at every call, to which the replay moves (by
+  its guard, where it has one).
 * Policies: VNNI paths are exact, one ``exact`` row. On the VPMADDUBSW paths three rows:
   ``faithful`` (computes what oneDNN computes there), ``exact`` with full-range weights
   (the proof fails, int8jit takes the widening path; % peak is of that path's peak) and

@@ -12,7 +12,8 @@ Kernels (``--list``)::
     gemm   the GEMM microkernel(s) for a shape --m M --n N --k K [--policy exact|faithful]
            [--a-type u8|s8] [--weights uniform|trained] (B with seed 0, uniform over
            s8: on non-VNNI ISAs the exact policy then picks the widening path, since
-           such weights saturate; trained: Laplacian per column, split into cells)
+           such weights saturate; trained: Laplacian per column, split into cells where few
+           pairs are unsafe, else widened: the header line says which)
     conv   the kernel a convolution layer gets: --ic IC --oc OC --hw H [--window K]
            [--stride S] [--pad P] [--groups G] [--batch N] [--dst u8|s8|s32|f32] [--fused]
            (--fused: per-channel scales, bias and relu, as in an int8 ResNet)
