@@ -302,6 +302,9 @@ def test_dump_asm_usage_errors(capsys, argv, needle):
     (["gemm", "--m", "4", "--n", "4", "--k", "4", "--policy", "halve_weights", "--isa", "avx2"], "--policy"),
     (["gemm", "--m", "4", "--n", "4", "--k", "4", "--policy", "halve_weights", "--isa", "avx512_core_vnni"],
      "--policy"),
+    # (an unwritable file: status 1 after the listing was printed, or written in part)
+    (["gemm", "--m", "4", "--n", "4", "--k", "4", "-o", "/nonexistent/x.s"], "--output"),
+    (["gemm", "--m", "4", "--n", "4", "--k", "4", "--bin", "/nonexistent/x.bin"], "--bin"),
 ])
 def test_dump_asm_bad_numbers_and_policies(capsys, argv, option):
     """A bad value is a usage error naming its option (exit 2, one line), before anything
@@ -343,6 +346,9 @@ def test_dump_asm_bad_numbers_and_policies(capsys, argv, option):
     (["conv-sources", "--isa", "avx9"], "--isa"),
     (["conv-sources", "--policy", "fast"], "--policy"),
     (["conv-sources", "--variants", "model,fast"], "--variants"),
+    (["conv-sources", "--layers", "nosuch"], "--layers"),  # (printed a header, status 0)
+    (["gemm", "--csv", "/nonexistent/x.csv"], "--csv"),  # (a traceback after the whole run)
+    (["ip", "--markdown", "/nonexistent/x.md"], "--markdown"),
 ])
 def test_bench_bad_arguments(capsys, argv, option):
     """int8jit-bench refuses a bad option value at parsing (argparse's error: usage, then
@@ -356,6 +362,35 @@ def test_bench_bad_arguments(capsys, argv, option):
     last = captured.err.strip().splitlines()[-1]
     assert last.startswith(f"int8jit-bench {argv[0]}: error:") and option in last, captured.err
     assert "Traceback" not in captured.err and captured.out == ""
+
+
+@pytest.mark.parametrize("command", ["gemm", "matmul", "pool", "conv-sources"])
+def test_bench_refuses_a_path_the_cpu_lacks(capsys, monkeypatch, command):
+    """``--isa avx512_core`` on an AVX2-only CPU is refused at parsing, naming the paths it
+    runs (gemm, matmul and pool had run avx2's kernels in a row labelled avx512_core)."""
+    from runtime import cpu
+    from tools import bench
+
+    regs = cpu.encode_registers(("osxsave", "avx", "avx2", "fma", "bmi2"), brand="synthetic AVX2 CPU")
+    monkeypatch.setattr(cpu, "_cached", cpu.CpuInfo.from_registers(regs, cpu.XCR0_YMM))
+    with pytest.raises(SystemExit) as exc:
+        bench.main([command, "--isa", "avx2,avx512_core"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "this CPU cannot run avx512_core (it runs avx2)" in err, err
+
+
+def test_gemm_bench_rows_of_the_policies_asked():
+    """``int8jit-bench gemm --policy``: VNNI paths' exact rows answer any policy (they are
+    the same there; the filter had left an empty table), and without VNNI the one-off
+    rows follow the policies asked (``--policy exact`` had dropped them)."""
+    from tools.bench import GemmBench
+
+    assert GemmBench.rows("avx512_core_vnni", ["faithful"]) == [("exact", w) for w in ("full", "call", "new")]
+    assert GemmBench.rows("avx2", ["exact"]) == [("exact", "full"), ("exact", "safe"), ("exact", "call"),
+                                                ("exact", "new")]
+    assert GemmBench.rows("avx2", ["faithful"]) == [("faithful", "full"), ("faithful", "call"), ("faithful", "new")]
+    assert GemmBench.rows("avx2") == [("faithful", "full"), ("exact", "full"), ("exact", "safe"),
+                                      ("faithful", "call"), ("faithful", "new")]
 
 
 @pytest.mark.parametrize("buffered", [True, False])

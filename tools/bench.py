@@ -58,10 +58,10 @@ import numpy as np
 
 from runtime.isa import LADDER
 from tools import bench_primitives, conv_sources  # the primitive benches, each with its own main
-from tools.bench_problems import names_among, positive_ints, positive_seconds, shape_list
+from tools.bench_problems import names_among, positive_ints, positive_seconds, runnable_isas, shape_list
 from tools.bench_timing import (GOMP_SPINCOUNT, REPO_ROOT, SETTLE_S, WINDOW_S, Unavailable, cpu_brand,
                                 host_steal_counters, measure_calls, peak_callable, steal_fraction, supported_isas)
-from tools.cli import quiet_on_closed_stdout
+from tools.cli import quiet_on_closed_stdout, writable_file
 
 
 # ------------------------------------------------------------------ GEMM
@@ -94,11 +94,18 @@ class GemmBench:
         return A, B, np.zeros((M, N), np.int32)
 
     @staticmethod
-    def rows(isa: str) -> list[tuple[str, str]]:
-        """(policy, weights) rows of int8jit per problem on ``isa``."""
+    def rows(isa: str, policies=None) -> list[tuple[str, str]]:
+        """(policy, weights) rows of int8jit per problem on ``isa``, of ``policies`` (None:
+        the default set, whose one-off rows are ``faithful``, what oneDNN's call computes).
+        VNNI paths are exact under every policy: their ``exact`` rows answer any."""
         if isa.endswith("vnni"):
             return [("exact", "full"), ("exact", "call"), ("exact", "new")]
-        return [("faithful", "full"), ("exact", "full"), ("exact", "safe"), ("faithful", "call"), ("faithful", "new")]
+        if policies is None:
+            return [("faithful", "full"), ("exact", "full"), ("exact", "safe"), ("faithful", "call"),
+                    ("faithful", "new")]
+        return ([("faithful", "full")] if "faithful" in policies else []) \
+            + ([("exact", "full"), ("exact", "safe")] if "exact" in policies else []) \
+            + [(p, w) for p in ("faithful", "exact") if p in policies for w in ("call", "new")]
 
     @classmethod
     def int8jit_callable(cls, shape, kind, isa, threads, policy, weights="full"):
@@ -192,7 +199,7 @@ def _worker(spec_json: str) -> None:
                 out["onednn"] = f"error: {exc}"
         else:
             out["onednn"] = f"unavailable: {onednn_why}"
-        for policy, weights in bench.rows(isa):
+        for policy, weights in bench.rows(isa, spec.get("policies")):
             row = {"policy": policy, "weights": weights, "path": "", "gops": None, "error": None}
             try:
                 name = f"int8jit/{policy}/{weights}"
@@ -227,11 +234,11 @@ def _worker(spec_json: str) -> None:
     os._exit(0)  # no interpreter teardown under OpenMP's idle threads
 
 
-def child_results(bench, isa: str, threads: int, problems, min_time: float):
+def child_results(bench, isa: str, threads: int, problems, min_time: float, policies=None):
     """Yield the child's result per problem (dicts; one {"_error": ...} if it failed)."""
     from tools import onednn
 
-    spec = {"bench": bench.name, "isa": isa, "threads": threads, "min_time": min_time,
+    spec = {"bench": bench.name, "isa": isa, "threads": threads, "min_time": min_time, "policies": policies,
             "problems": [[list(shape), kind] for shape, kind in problems]}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tools.bench", "_worker", json.dumps(spec)],
@@ -390,15 +397,15 @@ def run_bench(bench, args) -> tuple[list[Row], str]:
     rows: list[Row] = []
     for isa in isas:
         for nthreads in threads:
-            for result in child_results(bench, isa, nthreads, problems, min_time):
+            for result in child_results(bench, isa, nthreads, problems, min_time, wanted):
                 if "_error" in result:
                     print(f"  {isa} x{nthreads}: {result['_error']}", flush=True)
                     continue
                 shape, kind = tuple(result["shape"]), result["kind"]
                 for r in result["rows"]:
-                    if wanted is not None and r["policy"] not in wanted:
-                        continue
                     row = Row(bench.name, shape, kind, isa, nthreads, r["policy"], r["weights"], r["path"])
+                    if wanted is not None and r["policy"] not in wanted:  # (a VNNI path's exact row)
+                        row.notes.append(f"{'/'.join(wanted)}: the same on VNNI")
                     got = result["onednn"]
                     if isinstance(got, float):
                         row.onednn_gops = got
@@ -440,7 +447,7 @@ def _main(argv: list[str]) -> int:
         if hasattr(bench, "main"):
             continue
         # (bad values refused here, exit status 2: see bench_problems' argument types)
-        p.add_argument("--isa", type=names_among(LADDER, "ISA"),
+        p.add_argument("--isa", type=runnable_isas,
                        help=f"comma-separated ISA paths ({', '.join(LADDER)}); default: every path this CPU executes")
         p.add_argument("--threads", type=positive_ints, help="comma-separated thread counts (default: 1 and all cores)")
         p.add_argument("--shapes", type=shape_list, help="comma-separated MxNxK (default: the issue's list)")
@@ -450,8 +457,8 @@ def _main(argv: list[str]) -> int:
                        help="only these int8jit policies (exact, faithful)")
         p.add_argument("--min-time", type=positive_seconds, help="seconds of timed windows per side and problem")
         p.add_argument("--quick", action="store_true", help="short timings (a smoke run)")
-        p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
-        p.add_argument("--markdown", metavar="FILE", help="also write the rows as a markdown table")
+        p.add_argument("--csv", metavar="FILE", type=writable_file, help="also write the rows as CSV")
+        p.add_argument("--markdown", metavar="FILE", type=writable_file, help="also write the rows as a markdown table")
     args = ap.parse_args(argv)
     command = "int8jit-bench " + " ".join(argv)
     rows, preamble = run_bench(BENCHES[args.bench], args)

@@ -78,11 +78,12 @@ from pathlib import Path
 
 from runtime.isa import LADDER
 from tools.bench_problems import (CONV_LAYERS, POOL_CASES, chain_groups, known_policies, names_among, pool_spatial,
-                                  pool_src, positive_ints, positive_seconds, problems_for, shape_list)
+                                  pool_src, positive_ints, positive_seconds, problems_for, runnable_isas, shape_list)
 from tools.bench_report import Result, check_outputs, columns, fmt, format_header, format_row, markdown_table, write_csv
 from tools.bench_sides import OneDNNServer, RemoteSide, Unavailable, int8jit_setup, onednn_setup, torch_conv_setup
 from tools.bench_timing import (GOMP_SPINCOUNT, REPO_ROOT, Series, best_isa, cpu_brand, first_call_s, in_turn,
                                 local_timed, make_peak, measure_with_steal, pin, supported_isas, unpin)
+from tools.cli import writable_file
 
 
 def run_problem(server, case, variants, isa, threads, min_time, min_rounds, check: bool, peak=None) -> Result:
@@ -319,7 +320,7 @@ def _onednn_create(spec_json) -> None:
 def run(bench: str, argv=None) -> int:
     ap = argparse.ArgumentParser(prog=f"int8jit-bench {bench}", description=COMMAND_HELP[bench])
     # (bad values refused here, exit status 2: see bench_problems' argument types)
-    ap.add_argument("--isa", type=names_among(LADDER, "ISA"),
+    ap.add_argument("--isa", type=runnable_isas,
                     help=f"comma-separated ISA paths ({', '.join(LADDER)}); default: the CPU's best")
     ap.add_argument("--threads", type=positive_ints, help="comma-separated thread counts (default: 1 and all cores)")
     if bench in ("matmul", "ip"):
@@ -359,8 +360,8 @@ def run(bench: str, argv=None) -> int:
     ap.add_argument("--min-time", type=positive_seconds, help="seconds of timed calls per side and problem")
     ap.add_argument("--quick", action="store_true", help="a smaller set and shorter timings")
     ap.add_argument("--no-check", action="store_true", help="do not compare the two sides' outputs")
-    ap.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
-    ap.add_argument("--markdown", metavar="FILE", help="also write the tables as markdown")
+    ap.add_argument("--csv", metavar="FILE", type=writable_file, help="also write the rows as CSV")
+    ap.add_argument("--markdown", metavar="FILE", type=writable_file, help="also write the tables as markdown")
     args = ap.parse_args(argv)
     # (before PyTorch's libgomp starts, and copied into the oneDNN children's environment)
     os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)

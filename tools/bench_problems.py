@@ -256,6 +256,19 @@ def names_among(known: Sequence[str], what: str) -> Callable[[str], str]:
     return parse
 
 
+def runnable_isas(text: str) -> str:
+    """``--isa``: comma-separated ISA paths, each one this CPU runs (a path it lacks had
+    run the next lower one under its name)."""
+    from runtime.isa import LADDER, cpu_supports, supported
+
+    items = names_among(LADDER, "ISA")(text).split(",")
+    lacking = [x for x in items if not cpu_supports(x)]
+    if lacking:
+        raise argparse.ArgumentTypeError(f"this CPU cannot run {', '.join(lacking)} (it runs "
+                                         f"{', '.join(supported()) or 'no int8jit path'})")
+    return ",".join(items)
+
+
 def with_policy(case: dict, policy: str, weights: str = "uniform") -> dict:
     """``case`` run under int8jit's ``policy`` on ``weights`` (matmul, ip): labelled with
     each unless it is the default (exact, uniform)."""

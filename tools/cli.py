@@ -30,6 +30,19 @@ def quiet_on_closed_stdout(body: Callable[[], int]) -> int:
         return 0
 
 
+def writable_file(text: str) -> str:
+    """An argparse type: a file the tool can create or overwrite (``--csv``, ``-o``),
+    checked before any work, not after a benchmark's minutes."""
+    folder = os.path.dirname(os.path.abspath(text)) if text else ""
+    if not text or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"expected a file name, got {text!r}")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: no folder {folder}")
+    if not os.access(folder, os.W_OK) or os.path.exists(text) and not os.access(text, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: permission denied")
+    return text
+
+
 def int_at_least(minimum: int, what: str) -> Callable[[str], int]:
     """An argparse type: an integer >= ``minimum``; ``what`` names what was expected."""
     def parse(text: str) -> int:

@@ -51,14 +51,14 @@ def main(argv=None) -> int:
     import numpy as np
 
     from primitives import primitive_cache
-    from runtime.isa import LADDER, cpu_supports, effective_isa, supported
-    from tools.bench_problems import CONV_LAYERS, known_policies, names_among, positive_seconds
+    from runtime.isa import LADDER, effective_isa
+    from tools.bench_problems import CONV_LAYERS, known_policies, names_among, positive_seconds, runnable_isas
     from tools.bench_sides import int8jit_setup
     from tools.bench_timing import measure_calls
     from tools.cli import int_at_least
 
     ap = argparse.ArgumentParser(prog="int8jit-bench conv-sources", description=__doc__.split("\n")[0])
-    ap.add_argument("--isa", choices=LADDER, help="the ISA path (default: the CPU's best)")
+    ap.add_argument("--isa", type=runnable_isas, help=f"the ISA path ({', '.join(LADDER)}; default: the CPU's best)")
     ap.add_argument("--policy", default="faithful", choices=known_policies("conv"),
                     help="overflow policy (default faithful)")
     ap.add_argument("--layers", default="3x3", help="comma-separated parts of layer names (default 3x3)")
@@ -68,11 +68,13 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int_at_least(1, "a positive batch"), default=1)
     ap.add_argument("--seconds", type=positive_seconds, default=3.0, help="timed seconds per layer (default 3)")
     args = ap.parse_args(argv)
-    if args.isa and not cpu_supports(args.isa):
-        ap.error(f"argument --isa: this CPU cannot run {args.isa} (it runs {', '.join(supported())})")
+    if args.isa and "," in args.isa:
+        ap.error(f"argument --isa: expected one ISA path, got {args.isa!r}")
     isa = args.isa or effective_isa()
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     parts = [p.strip() for p in args.layers.split(",") if p.strip()]
+    if not any(" dw " not in c["label"] and any(p in c["label"] for p in parts) for c in CONV_LAYERS):
+        ap.error(f"argument --layers: no ResNet-50 layer's name holds any of {parts}")
     print(f"ISA path {isa}, policy {args.policy}, {args.threads} thread(s), batch {args.batch}; "
           f"ratio = {names[0]}'s time / the variant's")
     for layer in CONV_LAYERS:

@@ -52,7 +52,7 @@ import sys
 from dataclasses import replace
 from typing import Sequence
 
-from tools.cli import int_at_least, quiet_on_closed_stdout
+from tools.cli import int_at_least, quiet_on_closed_stdout, writable_file
 
 PROG = "dump-asm"
 KERNELS = {
@@ -121,8 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alg", default="max", choices=("max", "avg_include_padding", "avg_exclude_padding"),
                    help="pool: algorithm")
     p.add_argument("--syntax", default="intel", choices=("intel", "att"), help="assembly syntax")
-    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write the listing to FILE")
-    p.add_argument("--bin", metavar="FILE", default=None,
+    p.add_argument("-o", "--output", metavar="FILE", default=None, type=writable_file,
+                   help="write the listing to FILE")
+    p.add_argument("--bin", metavar="FILE", default=None, type=writable_file,
                    help="also write the raw code bytes to FILE (several kernels: FILE, FILE.1, ...)")
     return p
 
