@@ -212,6 +212,26 @@ def test_library_loads_and_reports_itself():
     assert info["threads"] == 1 and info["version"] == onednn.version()
 
 
+def test_a_library_named_by_the_variable_is_the_only_one_tried(tmp_path):
+    """INT8JIT_ONEDNN_LIB naming a file that does not load makes the peer unavailable,
+    saying so; it had fallen back silently to the wheel's copy."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, INT8JIT_ONEDNN_LIB=str(tmp_path / "libdnnl.so"))
+    proc = subprocess.run([sys.executable, "-m", "tools.onednn", "info"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout
+    assert "libdnnl not loaded from INT8JIT_ONEDNN_LIB; " in proc.stdout + proc.stderr
+    assert f"tried: {tmp_path / 'libdnnl.so'} (missing)" in proc.stdout + proc.stderr
+    env[onednn.ENV_LIB] = str(onednn.library_path())
+    proc = subprocess.run([sys.executable, "-m", "tools.onednn", "info"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and str(onednn.library_path()) in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_wrapper_validates_before_calling():
     good = gemm_args("u8s8", 2, 3, 4)
     bad = {

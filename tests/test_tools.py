@@ -305,6 +305,8 @@ def test_dump_asm_usage_errors(capsys, argv, needle):
     # (an unwritable file: status 1 after the listing was printed, or written in part)
     (["gemm", "--m", "4", "--n", "4", "--k", "4", "-o", "/nonexistent/x.s"], "--output"),
     (["gemm", "--m", "4", "--n", "4", "--k", "4", "--bin", "/nonexistent/x.bin"], "--bin"),
+    (["pool", "--dst", "f32"], "--dst"),  # (max pooling writes the source's type: it dumped u8 -> u8)
+    (["pool", "--a-type", "s8", "--dst", "u8"], "--dst"),
 ])
 def test_dump_asm_bad_numbers_and_policies(capsys, argv, option):
     """A bad value is a usage error naming its option (exit 2, one line), before anything

@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--isa", default=None, help=f"ISA path: one of {', '.join(LADDER)} (default: the effective ISA)")
     p.add_argument("--kind", default=None, choices=("vnni", "maddubsw", "widen"),
                    help="dot-product step for demo/peak (default: the ISA's fast path)")
-    p.add_argument("--a-type", default="u8", choices=("u8", "s8"), help="source type for demo/gemm")
+    p.add_argument("--a-type", default="u8", choices=("u8", "s8"), help="source type: demo, gemm, gemv, pool")
     p.add_argument("--m", type=_positive, default=None, help="gemm: rows of A and C")
     p.add_argument("--n", type=_positive, default=None, help="gemm: columns of B and C")
     p.add_argument("--k", type=_positive, default=None, help="gemm: reduction length")
@@ -112,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         # kernel: nothing to list)
         p.add_argument(f"--{name}", type=_non_negative if name == "pad" else _positive, default=default,
                        help=f"conv: {what}" + (" (pool: the window)" if name == "window" else ""))
-    p.add_argument("--dst", default="u8", choices=("u8", "s8", "s32", "f32"), help="conv/gemv: dst data type")
+    p.add_argument("--dst", default=None, choices=("u8", "s8", "s32", "f32"),
+                   help="dst data type: conv, gemv (default u8), average pool (default the source's; max "
+                        "pooling writes the source's)")
     p.add_argument("--fused", action="store_true", help="conv/gemv: per-channel scales, bias and relu")
     p.add_argument("--chunks", action="store_true",
                    help="gemv: the rows kernels of one row by 4096 x 4096 weights, K in chunks")
@@ -247,7 +249,7 @@ def _conv(args, isa: str):
                     post_ops=PostOps().eltwise("relu"))
     run_isa = isa if cpu_supports(isa) else effective_isa()
     pd = ConvolutionDesc(desc((args.batch, args.ic, args.hw, args.hw), "u8", "nhwc"),
-                         desc(wdims, "s8", "any"), desc((args.batch, args.oc, oh, oh), args.dst, "nhwc"),
+                         desc(wdims, "s8", "any"), desc((args.batch, args.oc, oh, oh), args.dst or "u8", "nhwc"),
                          desc((args.oc,), "f32", "a") if args.fused else None, strides=(st, st),
                          padding_l=(pad, pad), padding_r=(pad, pad), attr=attr, isa=run_isa)
     info = pd.impl_info()
@@ -277,7 +279,9 @@ def _pool(args, isa: str):
     from jit.pooling_kernel import generate
     from primitives.pooling import kernel_spec
 
-    dst = args.a_type if args.alg == "max" else args.dst
+    if args.alg == "max" and args.dst not in (None, args.a_type):
+        raise UsageError(f"--dst: max pooling writes the source's type ({args.a_type}), not {args.dst}")
+    dst = args.dst or args.a_type
     spec = kernel_spec(isa, args.alg, args.a_type, dst, args.window, args.window, args.depth or None)
     window = f"{args.depth}x" * bool(args.depth) + f"{args.window}x{args.window}"
     header = [f"pooling {args.alg} {window}, {args.a_type} -> {dst}: {spec}"]
@@ -337,19 +341,19 @@ def _gemv(args, isa: str):
         path = widening_path(isa)
     attr = Attr(scales={"src": 0, "weights": 1}, post_ops=PostOps().eltwise("relu"), policy=args.policy) \
         if args.fused else Attr(policy=args.policy)
-    s8 = args.a_type == "s8"
-    output = output_plan(attr, desc((1, 1000), args.dst, "ab"), desc((1000,), "f32", "a") if args.fused else None,
+    s8, dst = args.a_type == "s8", args.dst or "u8"
+    output = output_plan(attr, desc((1, 1000), dst, "ab"), desc((1000,), "f32", "a") if args.fused else None,
                          None, col_comp=s8).spec
     comp = s8 and shifts_s8(path)
     if args.chunks:
-        output = output_plan(attr, desc((1, 4096), args.dst, "ab"), desc((4096,), "f32", "a") if args.fused else None,
+        output = output_plan(attr, desc((1, 4096), dst, "ab"), desc((4096,), "f32", "a") if args.fused else None,
                              None, col_comp=s8).spec
         kernels = chunk_kernels(path, s8, comp, output)
-        return [f"matmul 1x4096 by 4096x4096 (ab), {args.a_type} -> {args.dst}, weights read in place, K in "
+        return [f"matmul 1x4096 by 4096x4096 (ab), {args.a_type} -> {dst}, weights read in place, K in "
                 f"chunks of {CHUNK_ROWS} rows: the first chunk's s32 sums, the next ones added, the last through "
                 "the output stage"] + [f"  {k.meta['gemv'].name}" for k in kernels], kernels
     kernel = gemv_kernel(path, s8, comp, output)
-    return [f"inner product 1x2048 -> 1000, {args.a_type} -> {args.dst}, weights read in place: "
+    return [f"inner product 1x2048 -> 1000, {args.a_type} -> {dst}, weights read in place: "
             f"{kernel.meta['gemv']}"], [kernel]
 
 

@@ -111,10 +111,11 @@ class OneDNNError(RuntimeError):
 
 
 def _candidates() -> list[Path]:
-    """Where libdnnl may be: the override, the wheel's own file list, <prefix>/lib."""
+    """Where libdnnl may be: the override alone where it is set (a copy that fails to load
+    must not be replaced silently by another), else the wheel's own file list, <prefix>/lib."""
     paths: list[Path] = []
-    if os.environ.get(ENV_LIB):
-        paths.append(Path(os.environ[ENV_LIB]))
+    if os.environ.get(ENV_LIB, "").strip():
+        return [Path(os.environ[ENV_LIB].strip())]
     for dist in ("onednn-cpu-gomp", "onednn"):
         try:
             files = importlib.metadata.files(dist) or []
@@ -149,7 +150,8 @@ def _load():
             gomp = None
         return lib, gomp, path
     raise OSError(
-        "libdnnl not found; install the peer with `pip install onednn-cpu-gomp==2023.2.0` "
+        (f"libdnnl not loaded from {ENV_LIB}; " if os.environ.get(ENV_LIB, "").strip() else "libdnnl not found; ")
+        + "install the peer with `pip install onednn-cpu-gomp==2023.2.0` "
         f"(the `peers` extra) or set {ENV_LIB}; tried: " + "; ".join(tried or ["nothing"])
     )
 
