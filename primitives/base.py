@@ -70,7 +70,7 @@ import numpy as np
 from primitives import primitive_cache, verbose
 from primitives.attr import (BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Attr, check_scales,
                              check_zero_points, expected_count)
-from primitives.checks import check_disjoint
+from primitives.checks import check_disjoint, check_known_dims
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, as_memory, bytes_desc, identity_tag
 from primitives.replay import Replay, guard_code
 from runtime.ffi import unowned
@@ -306,13 +306,16 @@ class PrimitiveDesc:
 
 def check_descs(required: Mapping[str, Any], optional: Mapping[str, Any] | None = None) -> None:
     """A descriptor constructor's first check: each argument is a MemoryDesc (``optional``
-    ones may be None), or a TypeError naming it."""
+    ones may be None) with every dim known, or an error naming it."""
     for name, md in required.items():
         if not isinstance(md, MemoryDesc):
             raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
+        check_known_dims(name, md)
     for name, md in (optional or {}).items():
         if md is not None and not isinstance(md, MemoryDesc):
             raise TypeError(f"{name}: expected a MemoryDesc or None, got {type(md).__name__}")
+        if md is not None:
+            check_known_dims(name, md)
 
 
 class Primitive:

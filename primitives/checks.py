@@ -101,6 +101,14 @@ def check_vector(name: str, array, dtype, length: int) -> np.ndarray:
     return flat
 
 
+def check_known_dims(name: str, md) -> None:
+    """Refuse a descriptor with a runtime dim (``RUNTIME_DIM``) where none is taken: only a
+    matmul's src and dst take one, in M and the batch."""
+    if md.runtime:
+        raise ValueError(f"{name}: dims {md.verbose_str().rpartition(':')[2]} hold a runtime dim (RUNTIME_DIM); "
+                         "only a matmul's src and dst take one, in M and the batch")
+
+
 def check_disjoint(values, outputs: tuple[str, ...], kind: str, scratchpad=None) -> None:
     """No output among ``values`` (name -> ndarray, or Memory of one), nor a user
     ``scratchpad``, shares memory with another argument. The kernels read their inputs

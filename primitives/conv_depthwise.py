@@ -66,7 +66,7 @@ from jit.depthwise_kernel import (ARGS_CDEF, DOT_LANES, MAX_COLUMNS, MAX_PIXELS,
 from jit.output import OutputSpec
 from primitives import verbose
 from primitives.attr import BIAS, DST, SCRATCHPAD, SRC, WEIGHTS, Sum, post_op_src1, scales, zero_points
-from primitives.checks import check_disjoint, check_no_zero_dim
+from primitives.checks import check_disjoint, check_known_dims, check_no_zero_dim
 from primitives.pipeline import dst_stage, output_plan
 from primitives.base import Primitive, PrimitiveDesc, keyed_slot, slot_key
 from primitives.memory import Memory, MemoryDesc, aligned_zeros, desc, identity_tag, packed_desc
@@ -255,6 +255,7 @@ class DepthwiseConvDesc(PrimitiveDesc):
         for name, md in (("src", src_md), ("weights", weights_md), ("dst", dst_md)):
             if not isinstance(md, MemoryDesc):
                 raise TypeError(f"{name}: expected a MemoryDesc, got {type(md).__name__}")
+            check_known_dims(name, md)
         if bias_md is not None and not isinstance(bias_md, MemoryDesc):
             raise TypeError(f"bias: expected a MemoryDesc or None, got {type(bias_md).__name__}")
         self.isa = verbose.planned_isa(self.kind, isa)

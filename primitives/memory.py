@@ -75,6 +75,9 @@ MAX_NDIMS = 12  # as many as a mask of a 12-bit int can address; oneDNN has the 
 
 ANY = "any"
 PACKED = "packed"
+# A dim known only at execution (oneDNN's DNNL_RUNTIME_DIM_VAL, INT64_MIN): a matmul's M
+# and batch (primitives.matmul). A descriptor holding one makes no Memory.
+RUNTIME_DIM = -(2 ** 63)
 
 TAG_ALIASES: dict[str, str] = {
     "x": "a",
@@ -247,7 +250,7 @@ class MemoryDesc:
             raise TypeError(f"dims: expected a tuple of integers, got {type(dims).__name__} {dims!r}")
         norm = []
         for i, d in enumerate(dims):
-            if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 and d != RUNTIME_DIM:
                 raise ValueError(f"dims: dimension {i} is {d!r}; expected a non-negative integer (dims {tuple(dims)!r})")
             norm.append(int(d))
         if len(norm) > MAX_NDIMS:
@@ -274,7 +277,13 @@ class MemoryDesc:
         # Derived once: execute() looks these up on every call. Not dataclass fields, so
         # they take no part in equality or hashing.
         storage = None
-        if tag == PACKED:
+        runtime = RUNTIME_DIM in norm
+        object.__setattr__(self, "runtime", runtime)
+        if runtime and tag == PACKED:
+            raise ValueError("dims: a packed descriptor's dims are all known")
+        if runtime:  # (no Memory: its shape is known at execution)
+            pass
+        elif tag == PACKED:
             storage = ((self.nbytes_packed,), np.dtype(np.uint8))
         elif tag != ANY:
             perm = tuple(ord(c) - ord("a") for c in tag)
@@ -375,8 +384,9 @@ class MemoryDesc:
         return self == other
 
     def verbose_str(self) -> str:
-        """Compact text for verbose lines: ``s8:ab:2x3``."""
-        return f"{self.dt}:{self.tag}:{'x'.join(map(str, self.dims)) or 'scalar'}"
+        """Compact text for verbose lines: ``s8:ab:2x3`` (a runtime dim: ``*``, as oneDNN's)."""
+        dims = "x".join("*" if d == RUNTIME_DIM else str(d) for d in self.dims)
+        return f"{self.dt}:{self.tag}:{dims or 'scalar'}"
 
     def __str__(self) -> str:
         return self.verbose_str()
@@ -386,7 +396,8 @@ def desc(dims: Sequence[int] | int, dt: str, tag: str = ANY) -> MemoryDesc:
     """A validated plain (or ``any``) descriptor: dims non-negative integers, dt and tag known.
 
     A dim of 0 makes a zero-volume tensor, as in oneDNN: each primitive says which of
-    its dims may be 0 (a batch, say) and runs such a problem as a no-op.
+    its dims may be 0 (a batch, say) and runs such a problem as a no-op. ``RUNTIME_DIM``
+    marks a dim given at execution (a matmul's M and batch; other primitives refuse it).
 
     >>> desc((2, 3), "s8", "ab").strides
     (3, 1)
@@ -400,7 +411,7 @@ def desc(dims: Sequence[int] | int, dt: str, tag: str = ANY) -> MemoryDesc:
     if not isinstance(dims, (tuple, list)) or not dims:
         raise ValueError(f"dims: expected a non-empty tuple of non-negative integers, got {dims!r}")
     for i, d in enumerate(dims):
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 and d != RUNTIME_DIM:
             raise ValueError(f"dims: dimension {i} is {d!r}; expected a non-negative integer (dims {tuple(dims)!r})")
     if isinstance(tag, str) and tag.strip().lower() == PACKED:
         raise ValueError("tag: 'packed' descriptors come from an implementation (packed_desc), not from users")
@@ -514,6 +525,9 @@ class Memory:
         if not isinstance(md, MemoryDesc):
             raise TypeError(f"md: expected a MemoryDesc, got {type(md).__name__}")
         if md._storage is None:
+            if md.runtime:
+                raise ValueError(f"md: cannot make memory for {md}, which has a runtime dim (RUNTIME_DIM); "
+                                 "a Memory's dims are all known")
             raise ValueError(f"md: cannot make memory for {md} whose tag is 'any'; "
                              "query the primitive descriptor for the concrete layout")
         self._desc = md
@@ -643,7 +657,7 @@ def _dt_for(x: np.ndarray, name: str) -> str:
 
 
 __all__ = [
-    "DATA_TYPES", "INT_RANGES", "ALIGNMENT", "MAX_NDIMS", "ANY", "PACKED", "TAG_ALIASES",
+    "DATA_TYPES", "INT_RANGES", "ALIGNMENT", "MAX_NDIMS", "ANY", "PACKED", "RUNTIME_DIM", "TAG_ALIASES",
     "check_dt", "numpy_dtype", "data_type_of", "itemsize", "dt_range",
     "f32_to_bf16", "bf16_to_f32", "round_to_bf16",
     "identity_tag", "normalize_tag", "tag_of_perm", "MemoryDesc", "desc", "packed_desc", "bytes_desc",

@@ -62,7 +62,7 @@ from jit.pooling_kernel import ARGS_CDEF, S16_WINDOW, SIGNATURE, UNROLLED, PoolK
 from primitives import verbose
 from primitives.attr import Attr
 from primitives.base import Primitive, PrimitiveDesc, in_force, kept_setup
-from primitives.checks import check_no_zero_dim
+from primitives.checks import check_known_dims, check_no_zero_dim
 from primitives.memory import MemoryDesc, desc
 from primitives.replay import Replay, pointing
 from runtime import isa as isa_mod
@@ -109,13 +109,14 @@ def _ints(name: str, value, count: int, minimum: int) -> tuple[int, ...]:
 
 
 def _as_desc(name: str, md) -> MemoryDesc:
-    if isinstance(md, MemoryDesc):
-        return md
     if isinstance(md, (tuple, list)) and len(md) in (2, 3):
         try:
-            return desc(*md)
+            md = desc(*md)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{name}: {exc}") from None
+    if isinstance(md, MemoryDesc):
+        check_known_dims(name, md)
+        return md
     raise TypeError(f"{name}: expected a MemoryDesc (primitives.memory.desc) or (dims, dt, tag), "
                     f"got {type(md).__name__}")
 

@@ -62,7 +62,7 @@ from jit.reorder_kernel import ARGS_CDEF, ATTRS, KERNEL_TYPES, SIGNATURE, Reorde
 from primitives import reorder_ref, verbose
 from primitives.attr import DST, SRC, Attr, check_scales, check_zero_points, mask_dims, scales, zero_points
 from primitives.base import Primitive, PrimitiveDesc, in_force, kept_setup
-from primitives.checks import dtype_text
+from primitives.checks import check_known_dims, dtype_text
 from primitives.memory import INT_RANGES, Memory, MemoryDesc, desc, identity_tag
 from primitives.replay import Replay, pointing, view_maker
 from runtime import isa as isa_mod
@@ -112,6 +112,7 @@ class ReorderDesc(PrimitiveDesc):
                 raise TypeError(f"{name}: expected a MemoryDesc (primitives.memory.desc), got {type(md).__name__}")
             if md.is_any:
                 raise ValueError(f"{name}: a reorder needs a concrete layout, got tag 'any'")
+            check_known_dims(name, md)
         if src_desc.is_packed:
             raise ValueError(f"src_desc: {src_desc} is packed; a reorder reads plain tags only")
         if src_desc.dims != dst_desc.dims:
