@@ -131,7 +131,10 @@ class Replay:
             weak = name != SCRATCHPAD and (not memory or value.payload is None and not value.desc.is_packed)
             # (a plain Memory moves too: a new one of the same descriptor around a new array)
             movable = self.move is not None and weak and name not in by_value
-            layout.append((name, memory, name in by_value, name in outputs, movable, weak))
+            # (a user scratchpad is written as an output is: it must stay writable and
+            # overlap no new argument, as the full path's checks require)
+            written = name in outputs or name == SCRATCHPAD
+            layout.append((name, memory, name in by_value, written, movable, weak))
             if weak:
                 record += (_ref(value), _ref(array), None) if memory else (_ref(value),)
             else:

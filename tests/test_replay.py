@@ -1166,3 +1166,39 @@ def test_conv_plain_weights_packed_once_while_unchanged(monkeypatch):
     args["weights"][...] = rng.integers(-128, 128, args["weights"].shape)
     bound()
     np.testing.assert_array_equal(args["dst"], expect(args), err_msg="a bound call, weights changed in place")
+
+
+def _user_scratchpad_layers():
+    mm = MatmulDesc(desc((8, 64), "u8", "ab"), desc((64, 64), "s8", "ab"), desc((8, 64), "f32", "ab"),
+                    attr=Attr(scales={"weights": 2}, scratchpad_mode="user"))
+    mm_args = {"src": np.full((8, 64), 2, np.uint8), "weights": np.ones((64, 64), np.int8),
+               "dst": np.zeros((8, 64), np.float32), "scales:weights": np.full(64, 0.5, np.float32)}
+    cv = ConvolutionDesc(desc((1, 8, 7, 7), "u8", "nhwc"), desc((16, 8, 3, 3), "s8", "oihw"),
+                         desc((1, 16, 7, 7), "s32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1),
+                         attr=Attr(scratchpad_mode="user", zero_points={"src": 0}))
+    cv_args = {"src": np.ones((1, 7, 7, 8), np.uint8), "weights": np.ones((16, 8, 3, 3), np.int8),
+               "dst": np.zeros((1, 7, 7, 16), np.int32), "zero_points:src": np.int32([3])}
+    return [(mm, mm_args), (cv, cv_args)]
+
+
+@pytest.mark.parametrize("layer", [0, 1], ids=["matmul", "conv"])
+def test_later_calls_check_the_user_scratchpad_as_the_first_does(layer):
+    """A call after the first (a replay, or its move to new arrays) refuses, as a first call
+    does, a source that lies in the user scratchpad and a scratchpad made read-only: they
+    had been taken (a wrong result, the source overwritten; the read-only buffer written)."""
+    pd, args = _user_scratchpad_layers()[layer]
+    prim = pd.create()
+    sp = np.zeros(pd.scratchpad_desc().nbytes, np.uint8)
+    prim.execute({**args, "scratchpad": sp})
+    prim.execute({**args, "scratchpad": sp})  # (replayed)
+    src = args["src"]
+    inside = sp[:src.nbytes].view(src.dtype).reshape(src.shape)
+    inside[...] = src
+    with pytest.raises(ValueError, match="scratchpad: overlaps src"):
+        prim.execute({**args, "src": inside, "scratchpad": sp})
+    prim.execute({**args, "scratchpad": sp})
+    sp.flags.writeable = False
+    before = sp.copy()
+    with pytest.raises(ValueError, match="scratchpad: the buffer is read-only"):
+        prim.execute({**args, "scratchpad": sp})
+    assert np.array_equal(sp, before)
