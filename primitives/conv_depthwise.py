@@ -393,14 +393,14 @@ class DepthwiseConvDesc(PrimitiveDesc):
                 return "common"
             if dims == (1, g.c, 1, 1):
                 return "col"
-            if dims == (g.n, g.c, g.oh, g.ow):
+            if dims in ((g.n, g.c, g.oh, g.ow), (g.n, 1, g.oh, g.ow)):
+                # (the kernel reads them in dst's pixel order: one per pixel, or every channel's)
                 nhwc = all(a == b for a, b, d in zip(src1.strides, desc(dims, "f32", _NHWC).strides, dims) if d > 1)
+                kind = "full" if dims[1] == g.c else "row"
                 if nhwc:
-                    return "full"
-                raise ValueError(f"post_ops[{index}]: a full binary operand must be nhwc (acdb) like dst, got tag "
-                                 f"{src1.tag!r}")
-            if dims == (g.n, 1, g.oh, g.ow):
-                return "row"
+                    return kind
+                raise ValueError(f"post_ops[{index}]: a {kind} binary operand must be laid out as nhwc (acdb) like "
+                                 f"dst, got tag {src1.tag!r}")
         raise ValueError(f"post_ops[{index}]: binary operand {src1} against dst {(g.n, g.c, g.oh, g.ow)}: the "
                          f"depthwise convolution takes plain 4-D f32 operands of dims (1,1,1,1), (1,{g.c},1,1), "
                          f"({g.n},1,{g.oh},{g.ow}) or ({g.n},{g.c},{g.oh},{g.ow}) (nhwc)")

@@ -857,9 +857,11 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
                 a_all, c_all = arrays[SRC].reshape(-1, rows, K), arrays[DST].reshape(-1, rows, N)
                 for b, plan in chunked:
                     plan.point(a_all[b if pd.src_batch > 1 else 0], self._in_place_weights(w_all, b), c_all[b], zp_src)
-            if pd._binary:
+            if pd._binary:  # (each operand in logical dim order, as the set-up read it)
+                operands = {post_op_src1(i): Memory(pd.query(post_op_src1(i)), arrays[post_op_src1(i)]).logical()
+                            for i, _ in pd._binary}
                 for b, (plan, _) in enumerate(runs):
-                    self._point_binaries(plan, arrays, b)
+                    self._point_binaries(plan, operands, b)
         # (addresses alone, the packer's reads of the weights in place too: a guard may move it)
         w_entries = None if chunked or pd._binary else [] if packer is None else packer.guard_entries(2, w_shift)
         if w_entries is not None:
@@ -914,8 +916,9 @@ class _GemmBasedPrimitive(GemmKernels, Primitive):
     def _operand(self, src1: np.ndarray, kind: str, b: int, flat: bool) -> np.ndarray:
         """A binary operand as the kernel reads it for batch item ``b`` (all rows when flat)."""
         pd = self.pd
-        if kind in ("common", "col"):  # (one per item: flat is False)
-            return src1[b] if src1.ndim == 3 and src1.shape[0] == pd.batch > 1 else src1
+        if kind in ("common", "col"):  # (one per item: flat is False; an item's view may be strided)
+            return np.ascontiguousarray(src1[b] if src1.ndim == 3 and src1.shape[0] == pd.batch > 1 else src1,
+                                        np.float32)
         shape = (pd.batch, pd.M, pd.N if kind == "full" else 1)
         if src1.ndim == 3 and src1.shape[0] == pd.batch:
             src1 = src1 if flat else src1[b]

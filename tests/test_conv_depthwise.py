@@ -464,3 +464,24 @@ def test_verbose_exec_lines_follow_the_environment(monkeypatch, capsys):
         lines.append(capsys.readouterr().err.count("int8jit_verbose,exec,"))
     assert lines == [1, 0, 1, 0]
     np.testing.assert_array_equal(args["dst"], 9)
+
+
+@pytest.mark.parametrize("tag", ["abdc", "dcba", "bcda", "cdab", "acdb", "abcd"])
+def test_per_pixel_binary_operand_in_any_tag(tag):
+    """A per-pixel (N, 1, OH, OW) binary operand whose pixels are not in dst's order (W
+    outer to H) goes to the general convolution, which reads any tag; it had been read
+    as if in dst's order by the depthwise kernel."""
+    from primitives.conv import ConvolutionDesc
+
+    N, C, H, W = 1, 4, 2, 3
+    pd = ConvolutionDesc(desc((N, C, H, W), "u8", "nhwc"), desc((C, 1, 1, 1, 1), "s8", "goihw"),
+                         desc((N, C, H, W), "f32", "nhwc"),
+                         attr=Attr(post_ops=PostOps().binary("add", desc((N, 1, H, W), "f32", tag))))
+    in_pixel_order = tag.index("c") < tag.index("d")
+    assert (type(pd).__name__ == "DepthwiseConvDesc") == in_pixel_order
+    logical = np.arange(N * H * W, dtype=np.float32).reshape(N, 1, H, W)
+    dst = np.zeros((N, H, W, C), np.float32)
+    pd.create().execute({"src": np.zeros((N, H, W, C), np.uint8), "weights": np.zeros((C, 1, 1, 1, 1), np.int8),
+                         "dst": dst, "post_op:0:src_1": np.ascontiguousarray(
+                             logical.transpose([ord(c) - ord("a") for c in tag]))})
+    np.testing.assert_array_equal(dst, np.broadcast_to(logical.transpose(0, 2, 3, 1), dst.shape))

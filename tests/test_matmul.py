@@ -537,3 +537,32 @@ def test_zero_k_matmul_matches_model(isa_path, p):
     zeros; oneDNN's matmul writes nothing (measured: 3.2 leaves dst as it was)."""
     dst, want = _run(p, isa_path)
     assert_same_bits(dst, want)
+
+
+@pytest.mark.parametrize("dims, tag", [((2, 1, 3), "cab"), ((2, 1, 3), "cba"), ((2, 1, 3), "bca"),
+                                       ((2, 1, 1), "cba"), ((2, 2, 1), "cab"), ((2, 2, 3), "acb"),
+                                       ((1, 2, 1), "cba"), ((2, 1, 3), "abc")])
+def test_batched_binary_operand_in_any_tag(dims, tag):
+    """A batched matmul's binary operand in a tag other than row-major, per item or not,
+    read in logical order at every call: new arrays at each call (the replay moved to
+    them), then the same arrays with new values. A per-item operand with N outer to the
+    batch had been read as row-major at every call; a moved call read the operand's
+    memory-order array (wrong values, or a reshape error)."""
+    B, M, K, N = 2, 2, 4, 3
+    perm = [ord(c) - ord("a") for c in tag]
+    for weights_batch in (1, B):
+        pd = MatmulDesc(desc((B, M, K), "u8", "abc"), desc((weights_batch, K, N), "s8", "abc"),
+                        desc((B, M, N), "f32", "abc"),
+                        attr=Attr(post_ops=PostOps().binary("add", desc(dims, "f32", tag))))
+        prim = pd.create()
+        src, w = np.ones((B, M, K), np.uint8), np.ones((weights_batch, K, N), np.int8)
+        same = None
+        for call in range(5):
+            logical = (np.arange(np.prod(dims), dtype=np.float32) + 10 * call).reshape(dims)
+            if call < 3 or same is None:
+                same = np.ascontiguousarray(logical.transpose(perm))
+                dst = np.zeros((B, M, N), np.float32)
+            else:  # (the same arrays, the operand's values changed in place)
+                same[...] = logical.transpose(perm)
+            prim.execute({"src": src, "weights": w, "dst": dst, "post_op:0:src_1": same})
+            np.testing.assert_array_equal(dst, K + np.broadcast_to(logical, (B, M, N)), err_msg=f"call {call}")

@@ -69,7 +69,7 @@ def test_arg_ids():
     assert arg_id("src") == 1 and arg_id("dst") == 17 and arg_id("weights") == 33 and arg_id("bias") == 41
     assert arg_id("scales:weights") == 4096 | 33
     assert arg_id("zero_points:src") == 8192 | 1
-    assert arg_id("post_op:0:src_1") == 16384 | 2
+    assert arg_id("post_op:0:src_1") == 32768 | 2 and arg_id("post_op:1:src_1") == 65536 | 2
     with pytest.raises(ValueError, match="arg"):
         arg_id("nonsense")
 
@@ -356,3 +356,48 @@ def test_matmul_batch_broadcast_as_onednn_takes_it():
         pd.create().execute({"src": a, "weights": w, "dst": c})
         assert c.tolist() == theirs[f"{sb},{wb},{db}"], (sb, wb, db)
         np.testing.assert_array_equal(c, np.matmul(a.astype(np.int64), w.astype(np.int64)))
+
+
+_BINARY_CHILD = r"""
+import json, numpy as np
+from tools import onednn_prim as dp
+out = {}
+for alg, dims in CASES:
+    rng = np.random.default_rng(len(out))
+    a = rng.integers(0, 256, (6, 9)).astype(np.uint8)
+    w = rng.integers(-63, 64, (9, 5)).astype(np.int8)
+    src1 = (rng.integers(-8, 9, dims) / 4).astype(np.float32)
+    src1[src1 == 0] = 0.5  # (div)
+    attr = dp.Attr(post_ops=[("binary", alg, dp.md(dims, "f32", "ab")), ("binary", "add", dp.md((1, 5), "f32", "ab"))])
+    p = dp.matmul(dp.md(a.shape, "u8", "ab"), dp.md(w.shape, "s8", "ab"), dp.md((6, 5), "f32", "ab"), attr=attr)
+    c = np.zeros((6, 5), np.float32)
+    p.bind({"src": a, "weights": w, "dst": c, "post_op:0:src_1": src1,
+            "post_op:1:src_1": np.arange(5, dtype=np.float32)})()
+    out[f"{alg} {dims}"] = [a.tolist(), w.tolist(), src1.tolist(), c.tolist()]
+print(json.dumps(out))
+"""
+
+
+def test_binary_post_ops_as_onednn_computes_them():
+    """Binary post-ops (two in a chain: the second's operand is argument post_op:1:src_1,
+    oneDNN 3's DNNL_ARG_ATTR_MULTIPLE_POST_OP(1)) give oneDNN's results, operands of one
+    value, one per column, one per row and full. The peer had numbered them as oneDNN 2
+    did, which oneDNN 3.2 refuses."""
+    from primitives.attr import Attr, PostOps
+    from primitives.matmul import MatmulDesc
+    from primitives.memory import desc
+
+    cases = [("add", (1, 1)), ("mul", (1, 5)), ("max", (6, 1)), ("min", (6, 5)), ("sub", (1, 5)), ("div", (6, 5))]
+    proc = _run_child(f"CASES = {cases!r}\n" + _BINARY_CHILD)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    for alg, dims in cases:
+        a, w, src1, want = (np.array(x) for x in theirs[f"{alg} {dims}"])
+        po = PostOps().binary(alg, desc(dims, "f32", "ab")).binary("add", desc((1, 5), "f32", "ab"))
+        pd = MatmulDesc(desc((6, 9), "u8", "ab"), desc((9, 5), "s8", "ab"), desc((6, 5), "f32", "ab"),
+                        attr=Attr(post_ops=po))
+        c = np.zeros((6, 5), np.float32)
+        pd.create().execute({"src": a.astype(np.uint8), "weights": w.astype(np.int8), "dst": c,
+                             "post_op:0:src_1": src1.astype(np.float32),
+                             "post_op:1:src_1": np.arange(5, dtype=np.float32)})
+        np.testing.assert_array_equal(c, want.astype(np.float32), err_msg=f"{alg} {dims}")

@@ -104,6 +104,8 @@ dnnl_status_t dnnl_post_ops_append_eltwise(dnnl_post_ops_t post_ops, dnnl_alg_ki
         float alpha, float beta);
 dnnl_status_t dnnl_post_ops_append_sum(dnnl_post_ops_t post_ops, float scale, int32_t zero_point,
         dnnl_data_type_t data_type);
+dnnl_status_t dnnl_post_ops_append_binary(dnnl_post_ops_t post_ops, dnnl_alg_kind_t alg_kind,
+        const_dnnl_memory_desc_t src1_desc);
 
 dnnl_status_t dnnl_matmul_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
         dnnl_engine_t engine, const_dnnl_memory_desc_t src_desc,
@@ -173,7 +175,8 @@ ALG = {"convolution_direct": 0x1, "relu": 0x20, "tanh": 0x21, "square": 0x23, "a
        "sqrt": 0x25, "linear": 0x26, "logistic": 0x29, "exp": 0x2A, "gelu_tanh": 0x2B,
        "swish": 0x2C, "clip": 0x2E, "gelu_erf": 0x31, "round": 0x32, "hardswish": 0x34,
        "pooling_max": 0x1FF, "pooling_avg_include_padding": 0x2FF,
-       "pooling_avg_exclude_padding": 0x3FF}
+       "pooling_avg_exclude_padding": 0x3FF, "binary_add": 0x1FFF0, "binary_mul": 0x1FFF1,
+       "binary_max": 0x1FFF2, "binary_min": 0x1FFF3, "binary_div": 0x1FFF4, "binary_sub": 0x1FFF5}
 # dnnl_query_t
 Q_IMPL_INFO_STR = 8
 Q_SRC_MD, Q_WEIGHTS_MD, Q_DST_MD, Q_SCRATCHPAD_MD = 129, 131, 133, 136
@@ -187,7 +190,7 @@ SCRATCHPAD_MODE = {"library": 0, "user": 1}
 ARG = {"src": 1, "src_1": 2, "dst": 17, "weights": 33, "bias": 41, "scratchpad": 80}
 ARG_ATTR_SCALES = 4096
 ARG_ATTR_ZERO_POINTS = 8192
-ARG_ATTR_MULTIPLE_POST_OP_BASE = 16384
+ARG_ATTR_MULTIPLE_POST_OP_BASE = 32768  # (oneDNN 3's; 16384 is DNNL_ARG_ATTR_POST_OP_DW there)
 MAX_NDIMS = 12
 STATUS = {0: "success", 1: "out_of_memory", 2: "invalid_arguments", 3: "unimplemented",
           4: "last_impl_reached", 5: "runtime_error", 6: "not_required"}
@@ -352,8 +355,9 @@ def md(dims, dt: str, tag: str = "any") -> MemDesc:
 class Attr:
     """Primitive attributes: scales and zero-point masks, post-ops, scratchpad mode.
 
-    ``post_ops`` entries: ``("eltwise", alg, alpha, beta)`` or ``("sum", scale,
-    zero_point, dt or None)``.
+    ``post_ops`` entries: ``("eltwise", alg, alpha, beta)``, ``("sum", scale,
+    zero_point, dt or None)`` or ``("binary", alg, MemDesc)`` (``add``, ``mul``, ``max``,
+    ``min``, ``div``, ``sub``; its operand is the argument ``post_op:<i>:src_1``).
     """
 
     def __init__(self, scales=None, zero_points=None, post_ops=(), scratchpad_mode="library"):
@@ -383,8 +387,12 @@ class Attr:
                     _, scale, zp, dt = entry
                     _check(lib.dnnl_post_ops_append_sum(po, float(scale), int(zp), DATA_TYPE[dt] if dt else 0),
                            f"post_ops[{i}]: dnnl_post_ops_append_sum")
+                elif entry[0] == "binary":
+                    _, alg, src1 = entry
+                    _check(lib.dnnl_post_ops_append_binary(po, ALG["binary_" + alg], src1.handle),
+                           f"post_ops[{i}]: dnnl_post_ops_append_binary")
                 else:
-                    raise ValueError(f"post_ops[{i}]: expected 'eltwise' or 'sum', got {entry[0]!r}")
+                    raise ValueError(f"post_ops[{i}]: expected 'eltwise', 'sum' or 'binary', got {entry[0]!r}")
             _check(lib.dnnl_primitive_attr_set_post_ops(self.handle, po), "dnnl_primitive_attr_set_post_ops")
 
 
