@@ -5,7 +5,8 @@ Semantics (``primitives.pooling_ref`` is the bit-exact numpy model):
 * ``max``: the largest source value of the window, directly on u8/s8 (VPMAXUB /
   VPMAXSB); padding is -inf, i.e. ignored. dst type = src type.
 * ``avg_include_padding``: ``sum / (KD*KH*KW)``; ``avg_exclude_padding``:
-  ``sum / (number of valid input positions in the window)``. The sum is exact s32, the
+  ``sum / (number of valid input positions in the window)``. The sum is exact s32 (a
+  window of more u8 pixels than 8,421,504, or s8 ones than 16,777,216, is refused), the
   division is f32 (``f32(sum) / f32(divisor)``, one IEEE rounding), the result rounds to
   nearest even (VCVTPS2DQ) and saturates to the destination: dst u8/s8 = src type, or
   s32 (the rounded average) or f32 (the quotient itself).
@@ -53,6 +54,7 @@ A 3-D window through the descriptor (NDHWC: dims are given as N, C, D, H, W)::
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -242,6 +244,11 @@ class PoolingDesc(PrimitiveDesc):
         if dst.dims != want_dims:
             raise ValueError(f"dst_desc: dims {dst.dims} do not match the pooled shape {want_dims} "
                              f"(src {src.dims}, kernel {kernel}, strides {strides}, padding {padding_l}/{padding_r})")
+        # (the sum is exact s32: it must not wrap; s8 down to -128 * 2^24 = -2^31)
+        pixels, most = math.prod(kernel), (2 ** 31 - 1) // 255 if src.dt == "u8" else 2 ** 31 // 128
+        if self.alg != "max" and pixels > most:
+            raise ValueError(f"kernel: an average over {pixels} pixels of {src.dt} can leave s32, where its sum "
+                             f"is kept; at most {most} pixels")
         allowed = (src.dt,) if self.alg == "max" else (src.dt, "s32", "f32")
         if dst.dt not in allowed:
             raise ValueError(f"dst_desc: {self.alg} pooling of {src.dt} writes {' or '.join(allowed)}, got {dst.dt!r}")

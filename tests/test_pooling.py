@@ -423,3 +423,19 @@ def test_pool2d_calls_keep_their_setup(monkeypatch):
     assert not built
     with pytest.raises(ValueError, match="^kernel"):  # (a new signature: checked, refused)
         pool2d(np.zeros((2, 9, 8, 5), np.uint8), 11)
+
+
+@pytest.mark.parametrize("dt, side, ok", [("u8", 2901, True), ("u8", 2902, False), ("s8", 4096, True),
+                                          ("s8", 4097, False)])
+def test_average_window_whose_sum_could_leave_s32_is_refused(dt, side, ok):
+    """The average's sum is exact s32: a window of more than (2^31 - 1) / 255 u8 pixels (or
+    2^31 / 128 s8 ones) could wrap it, and is refused by name (it had given 3000x3000 of 250 an
+    average of -227); max pooling takes any window."""
+    src = desc((1, 1, side, side), dt, "nhwc")
+    dst = desc((1, 1, 1, 1), dt, "nhwc")
+    PoolingDesc("max", src, dst, 1, side, 0, 0)
+    if ok:
+        PoolingDesc("avg_include_padding", src, dst, 1, side, 0, 0)
+    else:
+        with pytest.raises(ValueError, match=f"kernel: an average over {side * side} pixels of {dt} can leave s32"):
+            PoolingDesc("avg_exclude_padding", src, dst, 1, side, 0, 0)
