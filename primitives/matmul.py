@@ -52,7 +52,7 @@ from primitives.gemm_driver import GemmKernels, Operand, OutputArgs, make_plan, 
 from primitives.gemv_driver import (ChunkedRows, GemvPlan, chunk_kernels, reads_in_place, runs_in_place,
                                      walks_in_chunks)
 from primitives.checks import check_no_zero_dim
-from primitives.memory import RUNTIME_DIM, Memory, MemoryDesc, desc, identity_tag, packed_desc
+from primitives.memory import RUNTIME_DIM, Memory, MemoryDesc, as_memory, desc, identity_tag, packed_desc
 from primitives import verbose
 from runtime import isa as isa_mod
 from runtime.ffi import pointer_to
@@ -523,8 +523,6 @@ class _RuntimeShapes(Primitive):
         if len(shape) != len(pd._templates[0].dims):
             raise ValueError(f"src: shape {shape} is not of {pd.src_desc()}'s {len(pd._templates[0].dims)} dims")
         key = tuple(shape[i] for i in pd._runtime)
-        if 0 in key:  # (no rows: nothing to write; a zero-volume matmul would ask for plain weights)
-            return _NoRows(pd, key)
         prim = self._made.get(key)
         if prim is None:
             with self._lock:
@@ -532,6 +530,8 @@ class _RuntimeShapes(Primitive):
                 if prim is None:
                     with verbose.muted():  # (the matmul of this shape: the user's calls log its exec lines)
                         prim = pd.concrete(key).create()
+                    if 0 in key:  # (no rows: its weights are this descriptor's, not the plain ones it asks for)
+                        prim = _NoRows(prim, pd.weights_desc())
                     if len(self._made) >= _SHAPES_KEPT:
                         self._made.pop(next(iter(self._made)))
                     self._made[key] = prim
@@ -554,25 +554,28 @@ class _RuntimeShapes(Primitive):
 
 
 class _NoRows:
-    """A runtime-dims matmul's call with no rows (M or the batch 0): dst's shape checked,
-    nothing written, as a zero-volume matmul's call."""
+    """A runtime-dims matmul's calls with no rows (M or the batch 0): the zero-volume
+    matmul of their dims checks every argument and writes nothing; the weights are
+    checked against the runtime descriptor's (packed, where its weights are ``any``),
+    which that matmul does not ask for."""
 
-    def __init__(self, pd: "MatmulDesc", key: tuple):
-        dims = list(pd._templates[2].dims)
-        for i, v in zip(pd._runtime, key):
-            dims[i] = v
-        self.want = tuple(dims)
+    def __init__(self, empty: Primitive, weights_md: MemoryDesc):
+        self.empty, self.weights_md = empty, weights_md
+        self.zeros = np.zeros(empty.pd.weights_desc().dims, np.int8)
+
+    def _args(self, args) -> dict:
+        if WEIGHTS in args:
+            as_memory(args[WEIGHTS], WEIGHTS, self.weights_md)
+        return {**args, WEIGHTS: self.zeros} if WEIGHTS in args else args
 
     def execute(self, args) -> None:
-        dst = args.get(DST)
-        shape = dst.desc.dims if isinstance(dst, Memory) else getattr(dst, "shape", None)
-        if shape != self.want:
-            raise ValueError(f"dst: expected shape {self.want} for src's, got "
-                             f"{'none' if dst is None else shape}")
+        self.empty.execute(self._args(args))
 
     def bind(self, args):
-        self.execute(args)
-        return lambda: None
+        return self.empty.bind(self._args(args))
+
+    def impl_info(self) -> dict:
+        return self.empty.pd.impl_info()
 
 
 _VIEWS_KEPT = 64  # scratchpads whose views (and runtime weights' buffers) a primitive keeps: one a slot

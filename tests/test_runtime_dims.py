@@ -93,13 +93,25 @@ def test_batch_and_m_at_runtime(isa_path):
     assert info["runtime_dims"] == ["batch", "M"] and info["shape"][:2] == (R, R) and info["kernels_run"]
 
 
-def test_no_rows_writes_nothing_and_checks_dst():
+def test_no_rows_writes_nothing_and_checks_every_argument():
+    """A call with M = 0 writes nothing and checks its arguments as a zero-volume matmul
+    does, the weights against the runtime descriptor's packed layout."""
     pd = MatmulDesc(desc((R, 8), "u8", "ab"), desc((8, 4), "s8", "any"), desc((R, 4), "s32", "ab"))
     wm = _packed(pd, np.ones((8, 4), np.int8))
     prim = pd.create()
-    prim.execute({"src": np.zeros((0, 8), np.uint8), "weights": wm, "dst": np.zeros((0, 4), np.int32)})
-    with pytest.raises(ValueError, match=r"dst: expected shape \(0, 4\)"):
-        prim.execute({"src": np.zeros((0, 8), np.uint8), "weights": wm, "dst": np.zeros((1, 4), np.int32)})
+    good = {"src": np.zeros((0, 8), np.uint8), "weights": wm, "dst": np.zeros((0, 4), np.int32)}
+    prim.execute(good)
+    prim.bind(good)()
+    read_only = np.zeros((0, 4), np.int32)
+    read_only.flags.writeable = False
+    for bad, message in (({"dst": np.zeros((1, 4), np.int32)}, "dst: got shape \\(1, 4\\)"),
+                         ({"dst": read_only}, "dst: the array is read-only"),
+                         ({"src": np.zeros((0, 9), np.uint8)}, "src: got shape \\(0, 9\\)"),
+                         ({"weights": np.ones((8, 4), np.int8)}, "weights: expected dtype uint8 \\(packed"),
+                         ({"weights": "no"}, "weights: expected a Memory or a numpy array"),
+                         ({"bogus": 1}, "args: unexpected argument 'bogus'")):
+        with pytest.raises((ValueError, TypeError), match=message):
+            prim.execute({**good, **bad})
 
 
 def test_verbose_lines(monkeypatch, capsys):
