@@ -838,11 +838,14 @@ def _gemm_call(a_type, transa, transb, offsetc, M, N, K, alpha, A, lda, ao, B, l
     now = settings_stamp()
     last = getattr(_LAST_CALL, "call", None)
     # (a call like this thread's last, under the same settings: its Gemm, without resolving
-    # the ISA and threads again or hashing the key, 1.6 -> 0.5 us; see runtime.settings)
+    # the ISA and threads again or hashing the key, 1.6 -> 0.5 us; see runtime.settings.
+    # It compares by value: M = 2.0 right after M = 2 is taken as that call, the same result;
+    # testing the sizes' types here costs 0.1-0.3 us a call, 1-2% at 128^3)
     if last is not None and last[0] == scalars and last[1] == (isa, threads) and last[2] == now:
         g = last[3]
     else:
-        g = kept_setup("gemm", scalars + in_force(isa, threads),
+        # (the types in the key: a Gemm made for M = 2 does not serve M = 2.0, which it refuses)
+        g = kept_setup("gemm", scalars + in_force(isa, threads) + tuple(map(type, scalars)),
                        lambda: Gemm(M, N, K, a_type=a_type, transa=transa, transb=transb, offsetc=offsetc,
                                     lda=lda, ldb=ldb, ldc=ldc, alpha=alpha, beta=beta, policy=policy,
                                     isa=isa, threads=threads), _ONE_OFF_KEPT)

@@ -457,7 +457,8 @@ def pool2d(x: np.ndarray, kernel, stride=None, padding=0, alg: str = "max", layo
     # A call like an earlier one on this thread: that call's primitive (checked then),
     # which moves its replay to this call's arrays (a 3x3/2 max pooling of 1x112x112x64
     # on two threads: 117 -> 17 us a call).
-    key = (x.shape, x.dtype.str, kernel, stride, padding, alg, layout, dst_dt) + in_force(isa, threads)
+    key = (x.shape, x.dtype.str, kernel, stride, padding, alg, layout, dst_dt, type(kernel), type(stride),
+           type(padding)) + in_force(isa, threads)  # (2.0 equals 2, but the descriptor refuses it)
     kept = kept_setup("pool2d", key, lambda: _pool2d_setup(x, kernel, stride, padding, alg, layout, dst_dt, isa, threads))
     p, out_shape, out_dtype = kept
     dst = np.empty(out_shape, out_dtype)

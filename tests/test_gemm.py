@@ -1091,3 +1091,23 @@ def test_saturation_proof_counts_pairs_by_its_definition(k, n, data):
         return -32768 <= min(sums) and max(sums) <= 32767
     assert saturation_proof(b) == (sum(safe(*p) for p in pairs), len(pairs))
     assert saturation_proof(np.ascontiguousarray(b.T).T) == saturation_proof(b)  # a strided view
+
+
+def test_one_off_kept_gemm_is_not_taken_for_a_float_size():
+    """A one-off call's kept Gemm is keyed by its sizes' types too: lda = 16.0, M = True
+    or M = 4.0 after calls with 16 and 4 (another call between, so the thread's last
+    call is not theirs) are refused as in a fresh process."""
+    from primitives.gemm import gemm_u8s8s32
+
+    A, B = np.ones((4, 16), np.uint8), np.ones((16, 32), np.int8)
+    C, co = np.zeros((4, 32), np.int32), np.zeros(1, np.int32)
+
+    def call(lda=16, M=4, N=32):
+        gemm_u8s8s32("N", "N", "F", M, N, 16, 1.0, A, lda, 0, B, 32, 0, 0.0, C, 32, co)
+
+    for bad, message in (({"lda": 16.0}, "lda: expected an integer"), ({"M": True}, "M: expected an integer"),
+                         ({"M": 4.0}, "M: expected an integer")):
+        call()
+        call(N=31)
+        with pytest.raises(ValueError, match=message):
+            call(**bad)

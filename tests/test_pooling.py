@@ -439,3 +439,15 @@ def test_average_window_whose_sum_could_leave_s32_is_refused(dt, side, ok):
     else:
         with pytest.raises(ValueError, match=f"kernel: an average over {side * side} pixels of {dt} can leave s32"):
             PoolingDesc("avg_exclude_padding", src, dst, 1, side, 0, 0)
+
+
+def test_pool2d_refuses_a_float_window_after_an_int_one():
+    """pool2d keeps the set-up of a call's signature; a float window or padding equal to an
+    earlier call's int one is refused as in a fresh process (it had been taken as that call)."""
+    x = np.zeros((1, 6, 6, 8), np.uint8)
+    pool2d(x, 2)
+    pool2d(x, 2, padding=0)
+    with pytest.raises(ValueError, match="kernel: expected 2 integer"):
+        pool2d(x, 2.0)
+    with pytest.raises(ValueError, match="padding: expected an integer"):
+        pool2d(x, 2, padding=0.0)
