@@ -381,6 +381,8 @@ class Primitive:
             array = buf.array if isinstance(buf, Memory) else buf
             if not isinstance(array, np.ndarray):
                 raise TypeError(f"scratchpad: expected a Memory or a numpy array, got {type(buf).__name__}")
+            if array.dtype.hasobject:
+                raise TypeError(f"scratchpad: expected a buffer of bytes (a numeric dtype), got dtype {array.dtype}")
             if not array.flags.c_contiguous:
                 raise ValueError(f"scratchpad: expected a contiguous buffer, got strides {array.strides}")
             if not array.flags.writeable:

@@ -534,7 +534,11 @@ class Memory:
         self.payload = payload
         shape, dtype = md._storage
         if array is None:
-            self._array = aligned_zeros(shape, dtype)
+            try:
+                self._array = aligned_zeros(shape, dtype)
+            except (MemoryError, OverflowError, OSError) as exc:  # (numpy's, or mmap's for huge pages)
+                raise MemoryError(f"md: {md} needs {math.prod(shape) * dtype.itemsize} bytes, which could not be "
+                                  f"allocated ({type(exc).__name__}: {exc})") from None
             return
         if not isinstance(array, np.ndarray):
             raise TypeError(f"{name}: expected a numpy array, got {type(array).__name__}")

@@ -408,3 +408,11 @@ def test_attr_validate_for_a_primitive():
             descs, "matmul", binary_algs=("add",))
     assert Attr(scales={WEIGHTS: 2}, zero_points={DST: 0}).exec_args(descs) == {
         "scales:weights": 8, "zero_points:dst": 1}
+
+
+@pytest.mark.parametrize("dims", [(2 ** 40, 2 ** 40), (2 ** 31, 2 ** 31)])
+def test_memory_too_large_to_allocate_names_its_descriptor(dims):
+    """A Memory whose zeroed storage cannot be allocated raises MemoryError naming the
+    descriptor and the bytes (it had been numpy's OverflowError or mmap's OSError)."""
+    with pytest.raises(MemoryError, match=r"md: u8:ab:\d+x\d+ needs \d+ bytes, which could not be allocated"):
+        Memory(desc(dims, "u8", "ab"))

@@ -245,6 +245,8 @@ def test_user_scratchpad():
         ro = np.zeros(100, np.uint8)
         ro.flags.writeable = False
         prim.execute({**args, SCRATCHPAD: ro})
+    with pytest.raises(TypeError, match="scratchpad: expected a buffer of bytes .* dtype object"):
+        prim.execute({**args, SCRATCHPAD: np.empty(100, object)})  # (numpy's own message had named nothing)
     buf = np.zeros(30, np.int32)  # 120 bytes of any type will do
     prim.execute({**args, SCRATCHPAD: buf})
     got = prim.seen[-1][1]
