@@ -285,6 +285,8 @@ class _GemmBasedDesc(PrimitiveDesc):
         if getattr(self, "_runtime", None) is not None:  # (M, and the batch, known at execution)
             info = self._probe.impl_info()
             names = ["batch" if i == 0 and len(self._templates[0].dims) == 3 else "M" for i in self._runtime]
+            if "shape" not in info:  # (every shape empty: an N of 0, or a fixed batch or M of 0)
+                return {**info, "runtime_dims": names}
             shape = tuple(RUNTIME_DIM if i in ("batch", "M") and i in names else v
                           for i, v in zip(("batch", "M", "N", "K"), info["shape"]))
             return {**info, "shape": shape, "runtime_dims": names,
@@ -403,7 +405,18 @@ class MatmulDesc(_GemmBasedDesc):
             raise ValueError(f"dst: its runtime dims ({dst_md.verbose_str()}) are not src's ({src_md.verbose_str()}); "
                              "mark the same ones in both")
         self._runtime = marked[0]
-        if nd == 3 and 0 in self._runtime and isinstance(weights_md, MemoryDesc) and weights_md.dims[0] != 1:
+        check_descs({"weights": weights_md}, {"bias": bias_md})
+        # (the checks whose messages would otherwise show the stand-in's 1 for a runtime dim)
+        for name, md in (("src", src_md), ("dst", dst_md)):
+            if not (md.is_any or md.is_plain and md.perm == tuple(range(nd))):
+                raise ValueError(f"{name}: expected a row-major ({identity_tag(nd)}) {name}, got {md.verbose_str()}")
+        dims = lambda md: md.verbose_str().rpartition(":")[2]  # noqa: E731 (runtime dims as *)
+        if weights_md.ndims == nd and weights_md.dims[-2] != src_md.dims[-1]:
+            raise ValueError(f"weights: expected {src_md.dims[-1]} rows to match src's K, got dims {dims(weights_md)}")
+        if weights_md.ndims == nd and dst_md.dims[-1] != weights_md.dims[-1]:
+            raise ValueError(f"dst: expected dims ({'*, ' * (nd - 1)}{weights_md.dims[-1]}) (N from the weights), "
+                             f"got {dims(dst_md)}")
+        if nd == 3 and 0 in self._runtime and weights_md.dims[0] != 1:
             raise ValueError(f"weights: batch {weights_md.dims[0]} beside a runtime batch; such a matmul takes "
                              "one weight matrix (batch 1), broadcast to every item")
         if self.attr.scratchpad_mode == "user":
@@ -415,8 +428,10 @@ class MatmulDesc(_GemmBasedDesc):
                                  "must be 1 along each of them (one value, or one per column)")
         self._templates = (src_md.with_tag(identity_tag(nd)) if src_md.is_any else src_md, weights_md,
                            dst_md.with_tag(identity_tag(nd)) if dst_md.is_any else dst_md, bias_md)
-        self._isa_arg = isa
-        probe = self._probe = self.concrete((1,) * len(self._runtime))
+        self.isa = isa
+        # (not muted: its dispatch lines are this descriptor's; and every shape's matmul then
+        # plans for the ISA this one did, whatever the cap later becomes)
+        probe = self._probe = self.concrete((1,) * len(self._runtime), quiet=False)
         self.isa, self.M, self.K, self.N, self.batch = probe.isa, RUNTIME_DIM, probe.K, probe.N, RUNTIME_DIM
         self._set_desc(SRC, self._templates[0])
         self._set_desc(WEIGHTS, probe.weights_desc())
@@ -424,9 +439,14 @@ class MatmulDesc(_GemmBasedDesc):
         self._set_desc(BIAS, probe.bias_desc())
         self.scratchpad_nbytes = 0  # (library mode: each shape's matmul holds its own)
 
-    def concrete(self, values) -> "MatmulDesc":
-        """The matmul of this one's runtime dims set to ``values`` (in order), whose
-        weights' descriptor is this one's."""
+    def concrete(self, values, quiet: bool = True) -> "MatmulDesc":
+        """The matmul of this one's runtime dims set to ``values`` (in order: the batch,
+        then M, of those that are runtime), on its ISA path, whose weights' descriptor is
+        this one's (unless it has no rows: then the plain one)."""
+        if self._runtime is None:
+            raise ValueError("concrete: this matmul has no runtime dims")
+        if len(values) != len(self._runtime):
+            raise ValueError(f"values: expected {len(self._runtime)} (one per runtime dim), got {tuple(values)}")
         src_md, weights_md, dst_md, bias_md = self._templates
 
         def known(md: MemoryDesc) -> MemoryDesc:
@@ -435,9 +455,17 @@ class MatmulDesc(_GemmBasedDesc):
                 dims[i] = v
             return MemoryDesc(tuple(dims), md.dt, md.tag)
 
-        with verbose.muted():  # (the user made the runtime one; it logs its lines)
-            return MatmulDesc(known(src_md), weights_md, known(dst_md), bias_md, attr=self.attr, isa=self._isa_arg,
+        if not quiet:
+            return MatmulDesc(known(src_md), weights_md, known(dst_md), bias_md, attr=self.attr, isa=self.isa,
                               threads=self.threads)
+        with verbose.muted():  # (the user made the runtime one; it logs its lines)
+            return MatmulDesc(known(src_md), weights_md, known(dst_md), bias_md, attr=self.attr, isa=self.isa,
+                              threads=self.threads)
+
+    def runs_isa(self) -> str | None:
+        if self._runtime is not None:  # (every shape's: "any" where they are all empty, an N of 0)
+            return self._probe.runs_isa()
+        return super().runs_isa()
 
 
 class InnerProductDesc(_GemmBasedDesc):
@@ -524,6 +552,10 @@ class _RuntimeShapes(Primitive):
             raise ValueError(f"src: shape {shape} is not of {pd.src_desc()}'s {len(pd._templates[0].dims)} dims")
         key = tuple(shape[i] for i in pd._runtime)
         prim = self._made.get(key)
+        if prim is not None and prim is not self._last:  # (put last: the least recently used goes first)
+            with self._lock:
+                if self._made.pop(key, None) is not None:
+                    self._made[key] = prim
         if prim is None:
             with self._lock:
                 prim = self._made.get(key)
@@ -561,12 +593,13 @@ class _NoRows:
 
     def __init__(self, empty: Primitive, weights_md: MemoryDesc):
         self.empty, self.weights_md = empty, weights_md
-        self.zeros = np.zeros(empty.pd.weights_desc().dims, np.int8)
+        self.zeros = Memory(empty.pd.weights_desc())  # (in its layout: plain weights may be ba)
 
     def _args(self, args) -> dict:
-        if WEIGHTS in args:
-            as_memory(args[WEIGHTS], WEIGHTS, self.weights_md)
-        return {**args, WEIGHTS: self.zeros} if WEIGHTS in args else args
+        if WEIGHTS not in args:
+            raise ValueError(f"args: missing argument 'weights' ({self.weights_md}) for matmul")
+        as_memory(args[WEIGHTS], WEIGHTS, self.weights_md)
+        return {**args, WEIGHTS: self.zeros}
 
     def execute(self, args) -> None:
         self.empty.execute(self._args(args))

@@ -281,15 +281,15 @@ class MemoryDesc:
         object.__setattr__(self, "runtime", runtime)
         if runtime and tag == PACKED:
             raise ValueError("dims: a packed descriptor's dims are all known")
-        if runtime:  # (no Memory: its shape is known at execution)
-            pass
-        elif tag == PACKED:
+        if tag == PACKED:
             storage = ((self.nbytes_packed,), np.dtype(np.uint8))
         elif tag != ANY:
             perm = tuple(ord(c) - ord("a") for c in tag)
             object.__setattr__(self, "_perm", perm)
             object.__setattr__(self, "_physical", tuple(norm[i] for i in perm))
             storage = (self._physical, _NUMPY[self.dt])
+        if runtime:  # (no Memory: its shape is known at execution)
+            storage = None
         object.__setattr__(self, "_storage", storage)  # (shape, dtype) of a Memory's array
 
     # -- shape ---------------------------------------------------------------------------

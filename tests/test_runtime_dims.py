@@ -160,3 +160,64 @@ def test_verbose_lines(monkeypatch, capsys):
 def test_runtime_dims_elsewhere_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_edges_a_hunt_found():
+    """No rows with column-major plain weights (the stand-in zeros had been row-major);
+    impl_info of a runtime matmul whose every shape is empty (N = 0); messages that show
+    runtime dims as * (not the stand-in's 1); concrete() checks its values."""
+    w = np.asfortranarray(np.ones((8, 4), np.int8))
+    prim = MatmulDesc(desc((R, 8), "u8", "ab"), desc((8, 4), "s8", "ba"), desc((R, 4), "s32", "ab")).create()
+    prim.execute({"src": np.zeros((0, 8), np.uint8), "weights": w, "dst": np.zeros((0, 4), np.int32)})
+    empty = MatmulDesc(desc((R, 8), "u8", "ab"), desc((8, 0), "s8", "ab"), desc((R, 0), "s32", "ab"))
+    assert empty.impl_info()["impl"] == "zero_volume" and empty.runs_isa() == "any" and "zero_volume" in repr(empty)
+    with pytest.raises(ValueError, match=r"dst: expected dims \(\*, 4\) \(N from the weights\), got \*x5"):
+        MatmulDesc(desc((R, 8), "u8", "ab"), desc((8, 4), "s8", "ab"), desc((R, 5), "s32", "ab"))
+    with pytest.raises(ValueError, match=r"src: expected a row-major \(ab\) src, got u8:ba:\*x8"):
+        MatmulDesc(desc((R, 8), "u8", "ba"), desc((8, 4), "s8", "ab"), desc((R, 4), "s32", "ab"))
+    pd = MatmulDesc(desc((R, 8), "u8", "ab"), desc((8, 4), "s8", "ab"), desc((R, 4), "s32", "ab"))
+    with pytest.raises(ValueError, match=r"values: expected 1 \(one per runtime dim\), got \(5, 6\)"):
+        pd.concrete((5, 6))
+    with pytest.raises(ValueError, match="concrete: this matmul has no runtime dims"):
+        pd.concrete((5,)).concrete((5,))
+
+
+def test_every_shape_runs_the_path_planned_at_creation():
+    """A cap set after creation does not move the shapes met later to another path (their
+    packed weights would not fit it, their plain ones would saturate where the descriptor
+    said exact); dispatch lines are the descriptor's."""
+    from runtime import isa as isa_mod
+
+    pd = MatmulDesc(desc((R, 64), "u8", "ab"), desc((64, 32), "s8", "any"), desc((R, 32), "s32", "ab"),
+                    attr=Attr(policy="faithful"))
+    planned = pd.impl_info()["isa"]
+    w = np.random.default_rng(0).integers(-128, 128, (64, 32)).astype(np.int8)
+    wm, prim = _packed(pd, w), pd.create()
+    try:
+        isa_mod.set_max_isa("avx2")
+        src, dst = np.full((7, 64), 255, np.uint8), np.zeros((7, 32), np.int32)
+        prim.execute({"src": src, "weights": wm, "dst": dst})
+    finally:
+        isa_mod.set_max_isa(None)
+    assert all(f"_{planned}_" in name for name in prim.impl_info()["kernels_run"]), prim.impl_info()
+    if "vnni" in planned:
+        np.testing.assert_array_equal(dst, src.astype(np.int64) @ w.astype(np.int64))
+
+
+def test_dispatch_lines_and_hot_shapes_kept(monkeypatch, capsys):
+    from primitives import verbose
+
+    monkeypatch.setenv(verbose.ENV, "dispatch")
+    pd = MatmulDesc(desc((R, 8), "u8", "ab"), desc((8, 4), "s8", "any"), desc((R, 4), "s32", "ab"), isa="avx2")
+    kinds = [line.split(",")[1] for line in capsys.readouterr().err.splitlines()]
+    assert kinds.count("dispatch") >= 2, kinds  # (the paths above avx2, and the kernel chosen)
+    monkeypatch.delenv(verbose.ENV)
+    prim, w = pd.create(), np.ones((8, 4), np.int8)
+    wm = _packed(pd, w)
+    made = []
+    real = pd.concrete
+    monkeypatch.setattr(pd, "concrete", lambda values: made.append(values) or real(values))
+    for m in range(2, 45):  # (more shapes than kept; M = 1 at every other call)
+        for rows in (1, m):
+            prim.execute({"src": np.ones((rows, 8), np.uint8), "weights": wm, "dst": np.zeros((rows, 4), np.int32)})
+    assert made.count((1,)) == 1 and len(prim._made) == 32
