@@ -133,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _isa(name: str | None) -> str:
     from runtime import isa as isa_mod
 
-    if name is None:
-        return isa_mod.effective_isa()
+    if name is None:  # (where no path runs, the lowest: its kernels are generated and shown all the same)
+        return isa_mod.planning_isa()
     return isa_mod.check_name(name, "--isa")
 
 
