@@ -465,8 +465,9 @@ class _Convolution(GemmKernels, Primitive):
             if not isinstance(wmem.payload, list):
                 raise ValueError("weights: this packed memory was not filled by a reorder into weights_desc()")
             packs = wmem.payload
-        else:
-            packs = self._plain_packs(wmem)
+        else:  # (this call's entry, held: another thread may replace the primitive's meanwhile)
+            plain = self._plain_packs(wmem)
+            packs = plain[1]
         sp = scratchpad.view(np.uint8)
         # A library scratchpad belongs to this primitive (and thread) and keeps what was
         # written into it; a user's may have served another primitive since the last call.
@@ -585,7 +586,7 @@ class _Convolution(GemmKernels, Primitive):
         # Plain weights (a plain tag, not 'any'): the replay holds while their bytes are those
         # packed (_plain_packs' entry; 512->512 3x3 at 7x7: 0.53 -> 0.47 ms a call, 0.41
         # through 'any').
-        check = None if wmem.desc.is_packed else (WEIGHTS, functools.partial(_same_bytes, self._plain[0]))
+        check = None if wmem.desc.is_packed else (WEIGHTS, functools.partial(_same_bytes, plain[0]))
         a_is_src, rows_is_src = a is src.array, rows_src is src.array
         # What the set-up took of the source and dst, taken of new arrays the same way
         # (view_maker; else through a Memory of each, as above).
@@ -637,18 +638,17 @@ class _Convolution(GemmKernels, Primitive):
         return restoring(replay, sp[tmp_end: tmp_end + pd._cols_bytes], None if pad is None else
                          functools.partial(pad.fill, (fill & 0xFF)))
 
-    def _plain_packs(self, wmem: Memory) -> list:
-        """Plain weights packed (``pd._layout.pack_all``), from a one-entry cache while
-        the same bytes come back: comparing them costs a pass over the weights, packing
-        them (numpy) 10-80 (512->512 3x3 at 7x7 on the same plain weights at every call:
+    def _plain_packs(self, wmem: Memory) -> tuple:
+        """Plain weights packed (``pd._layout.pack_all``): (their bytes, the packs), from a
+        one-entry cache while the same bytes come back: comparing them costs a pass over
+        the weights, packing them (numpy) 10-80 (512->512 3x3 at 7x7 on the same plain weights at every call:
         5.3 -> 0.5 ms a call; packed through 'any', 0.41). Replaced whole, so threads
         that read it at once see one entry."""
         cached, raw = self._plain, wmem.array  # (the memory order: C-contiguous)
         if cached is not None and cached[0].shape == raw.shape and _same_bytes(cached[0], raw):
-            return cached[1]
-        packs = self.pd._layout.pack_all(wmem.logical())
-        self._plain = (np.array(raw, copy=True), packs)
-        return packs
+            return cached
+        entry = self._plain = (np.array(raw, copy=True), self.pd._layout.pack_all(wmem.logical()))
+        return entry
 
     def _pixels(self, src: Memory) -> np.ndarray:
         """The source as whole pixels (n, d, h, w, groups, channels of a group): a view of

@@ -16,7 +16,7 @@ from primitives.reference import output_pipeline
 from runtime.ffi import ffi
 from runtime.isa import LADDER
 from primitives.reorder import reorder_desc
-from tests.conftest import assert_same_bits, faithful_model
+from tests.conftest import assert_same_bits, faithful_model, in_threads
 
 SETTINGS = settings(max_examples=int(os.environ.get("INT8JIT_TEST_EXAMPLES", "25")), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -934,3 +934,31 @@ def test_edge_strips_on_avx2_zen3(caches_of, resnet_3x3):
             pd = resnet_3x3(c, size, stride, "avx2", n, policy=policy)
             got = "edges" if pd._edges else "strips" if pd._strips else "copy"
             assert got == want, (c, size, stride, policy, n)
+
+
+def test_plain_weights_from_several_threads():
+    """Threads calling one convolution with plain weights, each its own: a replay's test
+    of the weights compares them with the bytes its own call packed. It had read the
+    primitive's latest entry, which another thread may have just replaced, and then ran
+    one thread's packs on the other's weights (wrong results in about half the runs)."""
+    pd = ConvolutionDesc(desc((1, 8, 6, 6), "u8", "nhwc"), desc((16, 8, 3, 3), "s8", "oihw"),
+                         desc((1, 16, 6, 6), "s32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1), threads=1)
+    conv = pd.create()
+    rng = np.random.default_rng(3)
+    weights = [rng.integers(-128, 128, (16, 8, 3, 3), dtype=np.int8) for _ in range(2)]
+    xs = [rng.integers(0, 256, (1, 6, 6, 8), dtype=np.uint8) for _ in range(3)]
+    want = {(i, j): conv_sum(x.transpose(0, 3, 1, 2), w, (1, 1), (1, 1), (1, 1), (0, 0)).transpose(0, 2, 3, 1)
+            for i, w in enumerate(weights) for j, x in enumerate(xs)}  # (the loop checks fast: more races)
+    bad = []
+
+    def work(seed):
+        pick = np.random.default_rng(seed)
+        for it in range(3000):
+            i, j = int(pick.integers(2)), int(pick.integers(3))
+            y = np.zeros((1, 6, 6, 16), np.int32)
+            conv.execute({"src": xs[j].copy(), "weights": weights[i], "dst": y})
+            if not np.array_equal(y, want[i, j]):
+                bad.append((seed, it))
+                return
+    errors = in_threads(work, [(10,), (11,)])
+    assert not errors and not bad, (errors, bad)
