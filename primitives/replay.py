@@ -187,8 +187,12 @@ class Replay:
             arrays[name] = make(arrays[name])
         if self.check is not None and not self.check[1](arrays[self.check[0]]):
             return False
-        self._record = record
+        # The record names the new arrays only once the structs point at them: a move cut
+        # short (Ctrl-C, an error) leaves no record, so no call matches the half-moved
+        # replay (which would run on the old arrays' addresses); the next call sets up.
+        matches, self._record, self._matches = self._matches, (), None
         self.move(arrays)
+        self._record, self._matches = record, matches
         if self._unguarded is not None:
             self._arm(args)
         return True

@@ -1202,3 +1202,38 @@ def test_later_calls_check_the_user_scratchpad_as_the_first_does(layer):
     with pytest.raises(ValueError, match="scratchpad: the buffer is read-only"):
         prim.execute({**args, "scratchpad": sp})
     assert np.array_equal(sp, before)
+
+
+def test_a_move_cut_short_leaves_no_replay_to_match():
+    """Ctrl-C (or any error) while a replay is moved to new arrays: the next call sets up
+    again. The record had named the new arrays before the structs were moved, so the
+    next call with them ran on the old ones' addresses: its dst untouched, another
+    array written."""
+    import sys
+
+    pd = MatmulDesc(desc((8, 64), "u8", "ab"), desc((64, 48), "s8", "ab"), desc((8, 48), "s32", "ab"),
+                    attr=Attr(scratchpad_mode="user"), threads=1)  # (a user scratchpad: moved in Python)
+    mm, sp = pd.create(), np.zeros(pd.scratchpad_desc().nbytes, np.uint8)
+    rng = np.random.default_rng(0)
+    w = rng.integers(-128, 128, (64, 48), dtype=np.int8)
+    x0, x1 = (rng.integers(0, 256, (8, 64), dtype=np.uint8) for _ in range(2))
+    y0, y1 = np.zeros((8, 48), np.int32), np.zeros((8, 48), np.int32)
+
+    def run(x, y):
+        mm.execute({"src": x, "weights": w, "dst": y, "scratchpad": sp})
+    for x, y in [(x0, y0), (x1, y1), (x0, y0), (x1, y1)]:
+        run(x, y)
+
+    def tracer(frame, event, arg):  # (Ctrl-C as the move starts)
+        if frame.f_code.co_name == "move" and frame.f_code.co_filename.endswith("matmul.py"):
+            raise KeyboardInterrupt
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run(x0, y0)
+    finally:
+        sys.settrace(None)
+    x0[...], x1[...], y0[...], y1[...] = 1, 2, -7, -7
+    run(x0, y0)
+    np.testing.assert_array_equal(y0, x0.astype(np.int64) @ w)
+    assert (y1 == -7).all()
