@@ -34,6 +34,16 @@ _lock = threading.RLock()
 stats = {"memory_hits": 0, "disk_hits": 0, "generated": 0}
 
 
+def _after_fork() -> None:
+    """In a child of ``os.fork``: a lock another thread held (it is held while a kernel
+    is generated) would never be released here."""
+    global _lock
+    _lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def cache_dir() -> str:
     folder = os.environ.get("INT8JIT_CACHE_DIR", "").strip()
     return os.path.expanduser(folder) if folder else os.path.join(os.path.expanduser("~"), ".cache", "int8jit")

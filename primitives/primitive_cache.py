@@ -22,7 +22,9 @@ Example::
 """
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any, Callable, Hashable
@@ -54,6 +56,14 @@ class PrimitiveCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        _instances.add(self)
+
+    def _after_fork(self) -> None:
+        """In a child of ``os.fork``: the lock and the creations other threads had under
+        way, which no thread here will finish, start afresh (a child forked while another
+        thread created a primitive had waited forever)."""
+        self._lock = threading.Lock()
+        self._pending = {}
 
     def capacity(self) -> int:
         return self._override if self._override is not None else env_capacity()
@@ -74,6 +84,7 @@ class PrimitiveCache:
             hash(key)
         except TypeError:
             raise TypeError(f"key: a primitive descriptor key must be hashable, got {type(key).__name__}") from None
+        future: Future | None = None
         with self._lock:
             capacity = self.capacity()
             if capacity == 0:
@@ -89,18 +100,19 @@ class PrimitiveCache:
             else:
                 waiting = None
                 self.misses += 1
-                future: Future = Future()
+                future = Future()
                 self._pending[key] = future
-        if capacity == 0:
-            return factory(), False
-        if waiting is not None:
-            return waiting.result(), True  # re-raises the creator's exception, if any
-        try:
+        try:  # (at once: an interrupt must not leave the pending entry for others to wait on)
+            if capacity == 0:
+                return factory(), False
+            if waiting is not None:
+                return waiting.result(), True  # re-raises the creator's exception, if any
             value = factory()
         except BaseException as exc:
-            with self._lock:
-                self._pending.pop(key, None)
-            future.set_exception(exc)
+            if future is not None:
+                with self._lock:
+                    self._pending.pop(key, None)
+                future.set_exception(exc)
             raise
         with self._lock:
             self._pending.pop(key, None)
@@ -136,6 +148,16 @@ class PrimitiveCache:
             return {"hits": self.hits, "misses": self.misses, "size": len(self._entries),
                     "capacity": self.capacity()}
 
+
+_instances: "weakref.WeakSet[PrimitiveCache]" = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for cache in list(_instances):
+        cache._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 _cache = PrimitiveCache()
 

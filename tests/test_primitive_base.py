@@ -475,3 +475,60 @@ def test_optional_arguments_do_not_hide_a_missing_one():
         prim.execute({SRC: src, DST: np.zeros((2, 3), np.uint8), "bias": np.zeros(3, np.int32)})
     with pytest.raises(TypeError, match=r"bias: expected dtype float32 \(f32\), got float32 \(big-endian\)"):
         prim.execute({SRC: src, DST: np.zeros((2, 3), np.uint8), "bias": np.zeros(3, ">f4")})
+
+
+_FORK_CHILD = r"""
+import os, threading, time
+from jit import cache
+from primitives import primitive_cache
+held, done = threading.Event(), threading.Event()
+def hold():  # (another thread mid-way through a kernel's generation and a primitive's creation)
+    with cache._lock, primitive_cache.get_cache()._lock:
+        primitive_cache.get_cache()._pending["elsewhere"] = None
+        held.set()
+        done.wait()
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    with cache._lock:
+        pass
+    value, hit = primitive_cache.get_cache().get_or_create("in the child", lambda: 7)
+    os._exit(0 if (value, hit) == (7, False) else 3)
+for _ in range(1000):
+    got, status = os.waitpid(pid, os.WNOHANG)
+    if got:
+        print("child", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.01)
+else:
+    os.kill(pid, 9)
+    print("child hung")
+done.set()
+"""
+
+
+def test_a_child_forked_while_another_thread_holds_the_caches_runs():
+    """os.fork while another thread generates a kernel or creates a primitive: the child's
+    caches start with free locks and no pending creations (it had waited forever)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import child_env
+
+    proc = subprocess.run([sys.executable, "-c", _FORK_CHILD], capture_output=True, text=True, timeout=60,
+                          env=child_env())
+    assert proc.stdout.strip() == "child 0", proc.stdout + proc.stderr
+
+
+def test_an_interrupted_creation_leaves_nothing_pending():
+    """An exception (Ctrl-C) from a creation removes its pending entry, so a later creation
+    of the same descriptor makes it instead of waiting forever."""
+    cache = PrimitiveCache(capacity=8)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cache.get_or_create("k", interrupted)
+    assert not cache._pending and cache.get_or_create("k", lambda: 5) == (5, False)
