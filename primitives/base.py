@@ -402,6 +402,9 @@ class Primitive:
             # share one, and each set's replay finds its own set-up where it left it.
             slot.scratchpad = aligned_zeros(need, np.uint8)
             self._scratchpad_gone(slot.scratchpad.ctypes.data)  # (a freed one's address, reused)
+            # What the primitive keeps about it (views, what was written) goes with the slot,
+            # also when its thread ends: it had been kept, and the scratchpad with it.
+            weakref.finalize(slot, _forget_scratchpad, weakref.ref(self), slot.scratchpad.ctypes.data)
         return slot.scratchpad
 
     def _slot(self, args: Mapping[str, Any], create: bool = True) -> "_Slot | None":
@@ -706,6 +709,13 @@ def _unowned(mem: dict, spec: "_ArgSpec") -> dict:
             m = Memory.trusted(m.desc, unowned(m.array))
         out[name] = m
     return out
+
+
+def _forget_scratchpad(owner: "weakref.ref[Primitive]", address: int) -> None:
+    """A slot's finalizer: its primitive (if alive) forgets the scratchpad at ``address``."""
+    primitive = owner()
+    if primitive is not None:
+        primitive._scratchpad_gone(address)
 
 
 class _Slot:

@@ -1237,3 +1237,28 @@ def test_a_move_cut_short_leaves_no_replay_to_match():
     run(x0, y0)
     np.testing.assert_array_equal(y0, x0.astype(np.int64) @ w)
     assert (y1 == -7).all()
+
+
+def test_threads_that_end_leave_no_scratchpad_state():
+    """A library scratchpad belongs to a thread's slot; when the thread ends, what the
+    primitive kept about it goes too (a matmul's views and runtime weights' buffers, a
+    convolution's records of what it wrote): they had been kept, 312 MB after 80 threads
+    at 2048 x 2048."""
+    mm = MatmulDesc(desc((4, 256), "u8", "ab"), desc((256, 256), "s8", "ab"), desc((4, 256), "s32", "ab"),
+                    threads=1).create()
+    conv = ConvolutionDesc(desc((1, 8, 6, 6), "u8", "nhwc"), desc((16, 8, 3, 3), "s8", "oihw"),
+                           desc((1, 16, 6, 6), "s32", "nhwc"), padding_l=(1, 1), padding_r=(1, 1), threads=1).create()
+    a, w = np.ones((4, 256), np.uint8), np.ones((256, 256), np.int8)
+    x, wc = np.ones((1, 6, 6, 8), np.uint8), np.ones((16, 8, 3, 3), np.int8)
+
+    def calls():
+        mm.execute({"src": a, "weights": w, "dst": np.zeros((4, 256), np.int32)})
+        conv.execute({"src": x, "weights": wc, "dst": np.zeros((1, 6, 6, 16), np.int32)})
+    import threading
+
+    for _ in range(30):
+        thread = threading.Thread(target=calls)
+        thread.start()
+        thread.join()
+    assert len(mm._sp_views) <= 1 and len(conv._written) <= 1 and len(conv._filled) <= 1, \
+        (len(mm._sp_views), len(conv._written), len(conv._filled))
