@@ -187,10 +187,11 @@ def test_onednn_pooling_matches_reference(server):
 def test_non_vnni_convolution_against_onednn(isa):
     """oneDNN 3.2's int8 convolution on a non-VNNI ISA, and int8jit's policies there.
 
-    Measured: oneDNN 3.2 does not halve the weights (the seeds describe that older
-    trick); it runs VPMADDUBSW on the full weights and saturates, so int8jit's
-    ``faithful`` equals it bit for bit, while ``exact`` and ``halve_weights`` differ
-    (exact wherever a pair saturated, halve_weights wherever a weight was odd too).
+    Measured, with a u8 source (the layers here): oneDNN 3.2 does not halve the weights;
+    it runs VPMADDUBSW on the full weights and saturates, so int8jit's ``faithful`` equals
+    it bit for bit, while ``exact`` and ``halve_weights`` differ (exact wherever a pair
+    saturated, halve_weights wherever a weight was odd too). With an s8 source it halves
+    them (the test below).
     """
     why = skip_reason(isa)
     if why:
@@ -401,3 +402,49 @@ def test_binary_post_ops_as_onednn_computes_them():
                              "post_op:0:src_1": src1.astype(np.float32),
                              "post_op:1:src_1": np.arange(5, dtype=np.float32)})
         np.testing.assert_array_equal(c, want.astype(np.float32), err_msg=f"{alg} {dims}")
+
+
+_S8_CONV_CHILD = r"""
+import json, numpy as np
+from tools import onednn_prim as dp
+rng = np.random.default_rng(5)
+x = rng.integers(-128, 128, (1, 7, 7, 16)).astype(np.int8)  # (nhwc)
+w = rng.integers(-63, 64, (16, 16, 3, 3)).astype(np.int8)   # (no pair can saturate)
+p = dp.convolution(dp.md((1, 16, 7, 7), "s8", "nhwc"), dp.md(w.shape, "s8", "any"), dp.md((1, 16, 5, 5), "s32", "nhwc"),
+                   strides=(1, 1), padding_l=(0, 0), padding_r=(0, 0))
+y = np.zeros((1, 5, 5, 16), np.int32)
+p.bind({"src": x, "weights": p.reorder_weights(w, "oihw"), "dst": y})()
+print(json.dumps({"impl": p.impl_info(), "x": x.tolist(), "w": w.tolist(), "y": y.tolist()}))
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx512_core", "avx2"])
+def test_non_vnni_s8_source_convolution_halves_in_onednn(isa):
+    """Measured: with an s8 source, oneDNN 3.2's non-VNNI JIT convolutions halve the
+    weights (the seeds' trick), even where no pair could saturate: int8jit's
+    ``halve_weights`` equals them bit for bit, ``faithful`` (and ``exact``) do not. With
+    a u8 source they saturate instead (the test above): the README says which is which."""
+    why = skip_reason(isa)
+    if why:
+        pytest.skip(why)
+    from primitives.attr import Attr
+    from primitives.conv import ConvolutionDesc
+    from primitives.memory import Memory, desc
+    from primitives.reorder import reorder_desc
+
+    proc = _run_child(_S8_CONV_CHILD, isa)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    if got["impl"].startswith("ref"):
+        pytest.skip(f"oneDNN took its reference convolution: {got['impl']}")
+    x, w, theirs = np.int8(got["x"]), np.int8(got["w"]), np.int32(got["y"])
+    same = {}
+    for policy in ("halve_weights", "faithful"):
+        pd = ConvolutionDesc(desc((1, 16, 7, 7), "s8", "nhwc"), desc(w.shape, "s8", "any"),
+                             desc((1, 16, 5, 5), "s32", "nhwc"), attr=Attr(policy=policy), isa=isa)
+        wm = Memory(pd.weights_desc())
+        reorder_desc(desc(w.shape, "s8", "oihw"), pd.weights_desc()).create().execute({"src": w, "dst": wm})
+        y = np.zeros((1, 5, 5, 16), np.int32)
+        pd.create().execute({"src": x, "weights": wm, "dst": y})
+        same[policy] = bool(np.array_equal(y, theirs))
+    assert same == {"halve_weights": True, "faithful": False}, (got["impl"], same)
