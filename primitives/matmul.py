@@ -31,6 +31,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -322,7 +323,7 @@ class MatmulDesc(_GemmBasedDesc):
     M, and a batched matmul's batch, may be ``RUNTIME_DIM`` in src and dst alike, as in
     oneDNN: known at execution, from src's shape. The weights' packed layout does not
     depend on them; each shape met runs a matmul made for its dims at its first call
-    (0.3-1 ms on a Zen 4 at 768 -> 768; 5-15 ms more where its row tail needs a kernel
+    (0.8-1.9 ms on a Zen 4 at 768 -> 768; 7-10 ms where its row tail needs a kernel
     generated, one per M % rows-per-block and thread split), kept for the next calls
     (the last 32 shapes), which cost about 1 us more than a fixed-M matmul's.
 
@@ -455,10 +456,7 @@ class MatmulDesc(_GemmBasedDesc):
                 dims[i] = v
             return MemoryDesc(tuple(dims), md.dt, md.tag)
 
-        if not quiet:
-            return MatmulDesc(known(src_md), weights_md, known(dst_md), bias_md, attr=self.attr, isa=self.isa,
-                              threads=self.threads)
-        with verbose.muted():  # (the user made the runtime one; it logs its lines)
+        with verbose.muted() if quiet else contextlib.nullcontext():  # (the user's runtime one logs its lines)
             return MatmulDesc(known(src_md), weights_md, known(dst_md), bias_md, attr=self.attr, isa=self.isa,
                               threads=self.threads)
 
