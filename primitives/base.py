@@ -498,9 +498,7 @@ class Primitive:
         (else it is ``execute(args)``)."""
         spec, slot = self._spec(), _Slot()
         shared = spec.user_scratchpad and spec.scratch_need  # the caller's: others may set up there
-        replay = self._full(args, verbose.exec_quiet(), slot)
-        if slot.scratchpad is not None:  # what the primitive keeps about it goes with the slot
-            weakref.finalize(slot, self._scratchpad_gone, slot.scratchpad.ctypes.data)
+        replay = self._full(args, verbose.exec_quiet(), slot)  # (a scratchpad it makes goes with the slot)
         if replay is None or shared or replay.check is not None:  # (check: a test at every call)
             return functools.partial(self.execute, args), False  # (verbose: each call prints its line)
         bound = functools.partial(replay.run)

@@ -641,8 +641,8 @@ class _Convolution(GemmKernels, Primitive):
     def _plain_packs(self, wmem: Memory) -> tuple:
         """Plain weights packed (``pd._layout.pack_all``): (their bytes, the packs), from a
         one-entry cache while the same bytes come back: comparing them costs a pass over
-        the weights, packing them (numpy) 10-80 (512->512 3x3 at 7x7 on the same plain weights at every call:
-        5.3 -> 0.5 ms a call; packed through 'any', 0.41). Replaced whole, so threads
+        the weights, packing them (numpy) 10-80 (512->512 3x3 at 7x7 on the same plain
+        weights at every call: 5.3 -> 0.5 ms a call; packed through 'any', 0.41). Replaced whole, so threads
         that read it at once see one entry."""
         cached, raw = self._plain, wmem.array  # (the memory order: C-contiguous)
         if cached is not None and cached[0].shape == raw.shape and _same_bytes(cached[0], raw):

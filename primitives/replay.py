@@ -190,7 +190,7 @@ class Replay:
         # The record names the new arrays only once the structs point at them: a move cut
         # short (Ctrl-C, an error) leaves no record, so no call matches the half-moved
         # replay (which would run on the old arrays' addresses); the next call sets up.
-        matches, self._record, self._matches = self._matches, (), None
+        matches, self._matches = self._matches, None
         self.move(arrays)
         self._record, self._matches = record, matches
         if self._unguarded is not None:

@@ -346,30 +346,15 @@ def markdown_table(rows: list[Row], preamble: str = "") -> str:
 
 # ------------------------------------------------------------------ driver
 
-def _parse_list(text, allowed=None, convert=str, what="value"):
-    items = [convert(x.strip()) for x in text.split(",") if x.strip()]
-    if allowed is not None:
-        bad = [x for x in items if x not in allowed]
-        if bad:
-            raise SystemExit(f"unknown {what} {bad}; expected some of {', '.join(map(str, allowed))}")
-    return items
-
-
-def _parse_shape(text):
-    try:
-        M, N, K = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise SystemExit(f"--shapes: expected MxNxK, got {text!r}") from None
-    return (M, N, K)
-
-
 def run_bench(bench, args) -> tuple[list[Row], str]:
+    # (the options' values were checked and joined by their argparse types: bench_problems')
     cores = os.cpu_count() or 1
-    threads = _parse_list(args.threads, convert=int) if args.threads else sorted({1, cores})
-    isas = _parse_list(args.isa, LADDER, what="ISA") if args.isa else supported_isas()
-    shapes = [_parse_shape(s) for s in args.shapes.split(",")] if args.shapes else bench.shapes
-    kinds = _parse_list(args.types, bench.types, what="type") if args.types else list(bench.types)
-    wanted = _parse_list(args.policy, ("exact", "faithful"), what="policy") if args.policy else None
+    threads = [int(x) for x in args.threads.split(",")] if args.threads else sorted({1, cores})
+    isas = args.isa.split(",") if args.isa else supported_isas()
+    shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes.split(",")] if args.shapes \
+        else bench.shapes
+    kinds = args.types.split(",") if args.types else list(bench.types)
+    wanted = args.policy.split(",") if args.policy else None
     min_time = args.min_time if args.min_time is not None else (0.03 if args.quick else 0.3)
     problems = [(shape, kind) for shape in shapes for kind in kinds]
 
